@@ -1,0 +1,70 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+let package = Package(
+    name: "swift-dispatch-uring",
+    products: [
+        .library(name: "DispatchData", targets: ["DispatchData"]),
+        .library(name: "DispatchDataBridge", targets: ["DispatchDataBridge"]),
+        .library(name: "DispatchQueues", targets: ["DispatchQueues"]),
+        .library(name: "DispatchIO", targets: ["DispatchIO"]),
+        .executable(name: "dcat", targets: ["dcat"]),
+        .executable(name: "dcopy", targets: ["dcopy"]),
+        .executable(name: "uring-demo", targets: ["uring-demo"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-system", from: "1.4.0"),
+        .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
+    ],
+    targets: [
+        // liburing, found through pkg-config (Debian: liburing-dev).
+        .systemLibrary(
+            name: "CURing",
+            pkgConfig: "liburing",
+            providers: [.apt(["liburing-dev"])]
+        ),
+        // The only code that talks to io_uring (and its POSIX stand-in). Internal to the package.
+        .target(
+            name: "URing",
+            dependencies: ["CURing", .product(name: "SystemPackage", package: "swift-system")]
+        ),
+        .target(name: "DispatchData"),
+        .target(name: "DispatchDataBridge", dependencies: ["DispatchData"]),
+        .target(
+            name: "DispatchQueues",
+            dependencies: ["URing", .product(name: "SystemPackage", package: "swift-system")]
+        ),
+        .target(
+            name: "DispatchIO",
+            dependencies: [
+                "DispatchData", "DispatchQueues", "URing",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        .executableTarget(name: "dcat", dependencies: ["DispatchIO"]),
+        .executableTarget(name: "dcopy", dependencies: ["DispatchIO"]),
+        .executableTarget(
+            name: "uring-demo",
+            dependencies: ["URing", .product(name: "SystemPackage", package: "swift-system")]
+        ),
+        .testTarget(
+            name: "URingTests",
+            dependencies: ["URing", .product(name: "SystemPackage", package: "swift-system")]
+        ),
+        .testTarget(
+            name: "DispatchDataTests",
+            dependencies: ["DispatchData", .product(name: "PropertyBased", package: "swift-property-based")]
+        ),
+        .testTarget(name: "DispatchDataBridgeTests", dependencies: ["DispatchDataBridge"]),
+        .testTarget(name: "DispatchQueuesTests", dependencies: ["DispatchQueues"]),
+        .testTarget(name: "DispatchIOTests", dependencies: ["DispatchIO"]),
+    ]
+)
+
+// Settings every target shares: Swift 6 mode and explicit imports.
+for target in package.targets where target.type != .system {
+    var settings = target.swiftSettings ?? []
+    settings.append(.enableUpcomingFeature("MemberImportVisibility"))
+    target.swiftSettings = settings
+}
+package.swiftLanguageModes = [.v6]

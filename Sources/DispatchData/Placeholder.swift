@@ -1,0 +1,1 @@
+// DispatchData: implemented by its own issue.

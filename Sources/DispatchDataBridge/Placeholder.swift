@@ -1,0 +1,1 @@
+// DispatchDataBridge: implemented by its own issue.

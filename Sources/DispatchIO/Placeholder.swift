@@ -1,0 +1,1 @@
+// DispatchIO: implemented by its own issue.

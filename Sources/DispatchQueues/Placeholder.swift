@@ -1,0 +1,1 @@
+// DispatchQueues: implemented by its own issue.

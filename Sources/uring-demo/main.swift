@@ -1,0 +1,1 @@
+// The engine demo and benchmark arrive with the engine.
