@@ -7,11 +7,43 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <sys/ioctl.h>
 #include <signal.h>
 #include <time.h>
 #include <fcntl.h>
+#include <errno.h>
 #include <poll.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <linux/stat.h>
+// swift-system's CSystem module includes the kernel's <linux/io_uring.h>; liburing carries its own copy
+// under the same include guard with slightly different types. Including the kernel's first makes both
+// modules see one definition of the ring structures, which the importer requires.
+#include <linux/io_uring.h>
 #include <liburing.h>
+
+// Glibc declares these only under _GNU_SOURCE, which Swift's Glibc module is built without.
+extern ssize_t preadv2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags);
+extern ssize_t pwritev2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags);
+extern int statx(int dirfd, const char *restrict pathname, int flags, unsigned int mask,
+                 struct statx *restrict statxbuf);
+
+// `statx` the function collides with `struct statx` in Swift; this name does not.
+static inline int callStatx(int dirfd, const char *pathname, int flags, unsigned int mask, struct statx *buffer) {
+    return statx(dirfd, pathname, flags, mask, buffer);
+}
+
+// liburing 2.3 declares io_uring_enable_rings but does not export it; this is the system call it makes.
+static inline int curing_enable_rings(struct io_uring *ring) {
+    int rc = (int)syscall(__NR_io_uring_register, ring->ring_fd, IORING_REGISTER_ENABLE_RINGS, NULL, 0);
+    return rc < 0 ? -errno : rc;
+}
+
+#define CURING_RWF_NOWAIT 0x00000008
+#define CURING_POLLRDHUP 0x2000
 
 #endif

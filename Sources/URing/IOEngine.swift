@@ -1,0 +1,326 @@
+import SystemPackage
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Which implementation of the engine runs the operations.
+package enum EngineKind: String, Sendable, CaseIterable, CustomStringConvertible {
+    /// One io_uring owned by one ring thread.
+    case uring
+    /// Blocking calls on a small thread pool, epoll for readiness and a timerfd for timeouts; used where
+    /// io_uring is unavailable (seccomp profiles of container runtimes, `kernel.io_uring_disabled`).
+    case posix
+
+    package var description: String { rawValue }
+}
+
+/// Names one submitted operation, so that it can be cancelled (``IOEngine/cancel(_:then:)``), or its poll
+/// or timeout removed.
+package struct OperationID: Hashable, Sendable, CustomStringConvertible {
+    package let rawValue: UInt64
+    package var description: String { "op#\(rawValue)" }
+}
+
+/// The outcome of one operation.
+///
+/// `result` is what the operation produced when it succeeded or made progress: bytes transferred for
+/// reads and writes (also when `error` is set after partial progress), the new descriptor for
+/// `openat`, the returned event mask for `poll`, and 0 otherwise.
+package struct IOCompletion: Sendable, Equatable, CustomStringConvertible {
+    package var result: Int
+    package var error: Errno?
+
+    package init(result: Int, error: Errno? = nil) {
+        self.result = result
+        self.error = error
+    }
+
+    package var description: String {
+        if let error { return "IOCompletion(result: \(result), error: \(error))" }
+        return "IOCompletion(result: \(result))"
+    }
+}
+
+/// Receives the outcome of one operation, exactly once.
+///
+/// It runs on an engine thread (the ring thread, or a POSIX engine thread), so it must be short and must
+/// never block: the layers above use it to hand the result to a `WorkQueue`. It may submit further
+/// operations; on the ring thread those join the next batch without a wake-up.
+package typealias CompletionHandler = @Sendable (IOCompletion) -> Void
+
+/// The status of a file as `statx(2)` reports it.
+package struct FileStatus: Sendable, Equatable {
+    package var size: Int64
+    /// File type and permission bits, as `st_mode`.
+    package var mode: UInt32
+    package var uid: UInt32
+    package var gid: UInt32
+    package var linkCount: UInt32
+    package var inode: UInt64
+    package var deviceMajor: UInt32
+    package var deviceMinor: UInt32
+    package var blockSize: UInt32
+    package var blocks: UInt64
+    package var accessTime: timespec
+    package var modificationTime: timespec
+    package var changeTime: timespec
+
+    package var isDirectory: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFDIR) }
+    package var isRegularFile: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFREG) }
+    package var isSymbolicLink: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFLNK) }
+
+    package static func == (a: FileStatus, b: FileStatus) -> Bool {
+        a.size == b.size && a.mode == b.mode && a.uid == b.uid && a.gid == b.gid && a.linkCount == b.linkCount
+            && a.inode == b.inode && a.deviceMajor == b.deviceMajor && a.deviceMinor == b.deviceMinor
+            && a.modificationTime.tv_sec == b.modificationTime.tv_sec
+            && a.modificationTime.tv_nsec == b.modificationTime.tv_nsec
+    }
+}
+
+/// Readiness conditions for ``IOEngine/poll(_:events:then:)``, as `poll(2)` spells them.
+package struct PollEvents: OptionSet, Sendable, Hashable {
+    package let rawValue: UInt32
+    package init(rawValue: UInt32) { self.rawValue = rawValue }
+
+    package static let readable = PollEvents(rawValue: UInt32(POLLIN))  // POLLIN
+    package static let writable = PollEvents(rawValue: UInt32(POLLOUT))  // POLLOUT
+    package static let priority = PollEvents(rawValue: UInt32(POLLPRI))  // POLLPRI
+    package static let error = PollEvents(rawValue: UInt32(POLLERR))  // POLLERR
+    package static let hangup = PollEvents(rawValue: UInt32(POLLHUP))  // POLLHUP
+    package static let readHangup = PollEvents(rawValue: 0x2000)  // POLLRDHUP
+    package static let invalid = PollEvents(rawValue: UInt32(POLLNVAL))  // POLLNVAL
+}
+
+/// An engine: the one place where this package waits on the kernel.
+///
+/// Every operation is submitted from any thread, runs asynchronously, and reports to its
+/// ``CompletionHandler`` exactly once, on an engine thread. The two kinds behave alike:
+///
+/// - Reads return what one transfer gave (a short read is data, not an error; 0 is end of file), except
+///   that a read longer than ``maximumTransfer`` is split into transfers of at most that size, the next
+///   one issued only while the previous one came back full.
+/// - Writes are complete or report an error: short writes are resubmitted for the rest; the result says
+///   how many bytes were written before any error.
+/// - `EINTR` is retried. `EAGAIN` from a non-blocking descriptor waits for readiness and retries. A full
+///   submission queue and a full completion queue (`EBUSY`) are back-pressure inside the engine; none
+///   of these reach a handler.
+/// - An offset is `nil` for "at the file's current position" (the descriptor's offset advances), or
+///   a non-negative position; a negative one completes with `EINVAL`.
+/// - After ``shutdown()``, operations still pending complete with `ECANCELED`, and new submissions
+///   complete with `ESHUTDOWN` on the submitting thread, before `submit` returns.
+package final class IOEngine: Sendable {
+    /// The largest transfer one read or write system call is asked for; larger requests are split.
+    /// (The kernel caps one transfer at `MAX_RW_COUNT`, just under 2 GiB, and an SQE length at 32 bits.)
+    package static let maximumTransfer = 1 << 30
+
+    /// Which implementation this engine is.
+    package let kind: EngineKind
+    let backend: any EngineBackend
+
+    /// Creates an engine of the given kind, with its own threads and descriptors.
+    ///
+    /// - Throws: the reason, when `kind` is `.uring` and io_uring cannot be used here.
+    package init(kind: EngineKind) throws(EngineUnavailable) {
+        self.kind = kind
+        switch kind {
+        case .uring: backend = try URingBackend()
+        case .posix: backend = POSIXBackend()
+        }
+    }
+
+    /// The process-wide engine every module uses, created on first use.
+    ///
+    /// `DISPATCH_ENGINE=uring` or `=posix` forces a kind. Otherwise io_uring is used when the probe finds
+    /// it usable, and the POSIX engine otherwise; ``selection`` records which one and why.
+    package static var shared: IOEngine { EngineSelection.shared.engine }
+
+    /// Which engine ``shared`` is, and why it was chosen.
+    package static var selection: EngineSelection { EngineSelection.shared }
+
+    /// Stops the engine's threads after completing every pending operation with `ECANCELED`, and closes
+    /// the engine's own descriptors. Idempotent. Do not call it on ``shared``.
+    package func shutdown() { backend.shutdown() }
+
+    /// The number of descriptors the engine itself holds open (ring, eventfd, epoll, timerfd); 0 after
+    /// ``shutdown()``.
+    package var ownDescriptorCount: Int { backend.ownDescriptorCount }
+
+    // MARK: - Operations
+
+    /// Completes with result 0 after one trip through the engine.
+    @discardableResult
+    package func nop(then handler: @escaping CompletionHandler) -> OperationID {
+        backend.submit(.nop, keepAlive: nil, handler: handler)
+    }
+
+    /// Reads into `buffer`, which must stay valid (and is kept alive through `keepAlive`) until the
+    /// handler has run, whatever happens to the caller.
+    @discardableResult
+    package func read(
+        _ fd: CInt,
+        into buffer: UnsafeMutableRawBufferPointer,
+        at offset: Int64?,
+        keepAlive: (any AnyObject & Sendable)? = nil,
+        then handler: @escaping CompletionHandler
+    ) -> OperationID {
+        guard let offset = Self.validOffset(offset) else { return backend.submit(.fail(.invalidArgument), keepAlive: nil, handler: handler) }
+        return backend.submit(
+            .read(fd: fd, buffer: buffer.baseAddress, length: buffer.count, offset: offset),
+            keepAlive: keepAlive,
+            handler: handler
+        )
+    }
+
+    /// Writes all of `buffer`, resubmitting short writes; the result is the number of bytes written.
+    @discardableResult
+    package func write(
+        _ fd: CInt,
+        from buffer: UnsafeRawBufferPointer,
+        at offset: Int64?,
+        keepAlive: (any AnyObject & Sendable)? = nil,
+        then handler: @escaping CompletionHandler
+    ) -> OperationID {
+        guard let offset = Self.validOffset(offset) else { return backend.submit(.fail(.invalidArgument), keepAlive: nil, handler: handler) }
+        return backend.submit(
+            .write(fd: fd, buffer: UnsafeMutableRawPointer(mutating: buffer.baseAddress), length: buffer.count, offset: offset),
+            keepAlive: keepAlive,
+            handler: handler
+        )
+    }
+
+    /// Reads into several buffers in order with one system call (`readv(2)`); a short read is returned
+    /// as it is.
+    @discardableResult
+    package func readv(
+        _ fd: CInt,
+        into buffers: [UnsafeMutableRawBufferPointer],
+        at offset: Int64?,
+        keepAlive: (any AnyObject & Sendable)? = nil,
+        then handler: @escaping CompletionHandler
+    ) -> OperationID {
+        guard let offset = Self.validOffset(offset) else { return backend.submit(.fail(.invalidArgument), keepAlive: nil, handler: handler) }
+        return backend.submit(
+            .vector(IOVector(buffers.map { UnsafeRawBufferPointer($0) }), fd: fd, offset: offset, isWrite: false),
+            keepAlive: keepAlive,
+            handler: handler
+        )
+    }
+
+    /// Writes several buffers in order (`writev(2)`), resubmitting the rest after a short write; the
+    /// result is the number of bytes written.
+    @discardableResult
+    package func writev(
+        _ fd: CInt,
+        from buffers: [UnsafeRawBufferPointer],
+        at offset: Int64?,
+        keepAlive: (any AnyObject & Sendable)? = nil,
+        then handler: @escaping CompletionHandler
+    ) -> OperationID {
+        guard let offset = Self.validOffset(offset) else { return backend.submit(.fail(.invalidArgument), keepAlive: nil, handler: handler) }
+        return backend.submit(
+            .vector(IOVector(buffers), fd: fd, offset: offset, isWrite: true),
+            keepAlive: keepAlive,
+            handler: handler
+        )
+    }
+
+    /// Opens `path` relative to `directory` (`AT_FDCWD` for the working directory) with `openat(2)`; the
+    /// result is the new descriptor. `O_CLOEXEC` is always added.
+    @discardableResult
+    package func openat(
+        _ directory: CInt = AT_FDCWD,
+        path: FilePath,
+        flags: CInt,
+        permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead],
+        then handler: @escaping CompletionHandler
+    ) -> OperationID {
+        backend.submit(
+            .openat(dirfd: directory, path: CPath(path), flags: flags | O_CLOEXEC, mode: permissions.rawValue),
+            keepAlive: nil,
+            handler: handler
+        )
+    }
+
+    /// Closes `fd`.
+    @discardableResult
+    package func close(_ fd: CInt, then handler: @escaping CompletionHandler) -> OperationID {
+        backend.submit(.close(fd: fd), keepAlive: nil, handler: handler)
+    }
+
+    /// Reads the status of `path` relative to `directory` with `statx(2)`. `flags` are `AT_*` flags
+    /// (`AT_SYMLINK_NOFOLLOW`, `AT_EMPTY_PATH` with an empty path to stat `directory` itself).
+    @discardableResult
+    package func stat(
+        _ directory: CInt = AT_FDCWD,
+        path: FilePath,
+        flags: CInt = 0,
+        then handler: @escaping @Sendable (Result<FileStatus, Errno>) -> Void
+    ) -> OperationID {
+        let box = StatxBox()
+        return backend.submit(
+            .statx(dirfd: directory, path: CPath(path), flags: flags, box: box),
+            keepAlive: nil
+        ) { completion in
+            if let error = completion.error {
+                handler(.failure(error))
+            } else {
+                handler(.success(box.status))
+            }
+        }
+    }
+
+    /// Flushes `fd` to storage (`fsync(2)`, or `fdatasync(2)` when `dataOnly`).
+    @discardableResult
+    package func fsync(_ fd: CInt, dataOnly: Bool = false, then handler: @escaping CompletionHandler) -> OperationID {
+        backend.submit(.fsync(fd: fd, dataOnly: dataOnly), keepAlive: nil, handler: handler)
+    }
+
+    /// Completes once `fd` is ready for any of `events` (one shot); the result is the ready mask, which can
+    /// include ``PollEvents/error``, ``PollEvents/hangup`` and ``PollEvents/invalid``.
+    @discardableResult
+    package func poll(_ fd: CInt, events: PollEvents, then handler: @escaping CompletionHandler) -> OperationID {
+        backend.submit(.pollAdd(fd: fd, events: events.rawValue), keepAlive: nil, handler: handler)
+    }
+
+    /// Removes a pending ``poll(_:events:then:)``, which then completes with `ECANCELED`. This operation
+    /// completes with 0, or `ENOENT` when the poll had already completed.
+    @discardableResult
+    package func removePoll(_ target: OperationID, then handler: @escaping CompletionHandler) -> OperationID {
+        backend.submit(.pollRemove(target: target.rawValue), keepAlive: nil, handler: handler)
+    }
+
+    /// Completes with result 0 no earlier than `deadline`, or with `ECANCELED` if removed first.
+    @discardableResult
+    package func timeout(
+        deadline: ContinuousClock.Instant,
+        then handler: @escaping CompletionHandler
+    ) -> OperationID {
+        backend.submit(.timeout(deadline: BootTime(deadline)), keepAlive: nil, handler: handler)
+    }
+
+    /// Removes a pending ``timeout(deadline:then:)``, which then completes with `ECANCELED`. This operation
+    /// completes with 0, or `ENOENT` when the timeout had already fired.
+    @discardableResult
+    package func removeTimeout(_ target: OperationID, then handler: @escaping CompletionHandler) -> OperationID {
+        backend.submit(.timeoutRemove(target: target.rawValue), keepAlive: nil, handler: handler)
+    }
+
+    /// Cancels a pending operation, which then completes with `ECANCELED` (or with its own result, if it
+    /// finished first). This operation completes with 0 when it found the target, `ENOENT` when it did not,
+    /// `EALREADY` when the target was already running and could not be stopped.
+    @discardableResult
+    package func cancel(_ target: OperationID, then handler: @escaping CompletionHandler) -> OperationID {
+        backend.submit(.cancel(target: target.rawValue), keepAlive: nil, handler: handler)
+    }
+
+    private static func validOffset(_ offset: Int64?) -> Int64? {
+        guard let offset else { return -1 }
+        return offset >= 0 ? offset : nil
+    }
+}
+
+/// Why io_uring could not be used.
+package struct EngineUnavailable: Error, Sendable, CustomStringConvertible {
+    package var description: String
+}

@@ -1,0 +1,538 @@
+import CURing
+import Synchronization
+import SystemPackage
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The engine where io_uring cannot be used: the same operations and the same observable behaviour,
+/// from blocking system calls on a small thread pool, with one reactor thread that waits in `epoll_wait`
+/// for readiness and on a `timerfd` for timeouts.
+///
+/// Reads and writes on descriptors that can block (pipes, sockets, terminals) are tried without
+/// blocking first (`RWF_NOWAIT`, or `poll` with no wait where the file does not support it) and park in
+/// the reactor until ready, so a pool thread never sleeps in a read nobody will satisfy and a pending
+/// read can be cancelled, as on io_uring. Regular files and block devices are read and written with
+/// plain blocking calls: they never wait for a peer.
+final class POSIXBackend: EngineBackend, @unchecked Sendable {
+    static let poolSize = 4
+    private static let wakeKey: UInt64 = 1 << 63
+    private static let timerKey: UInt64 = (1 << 63) | 1
+
+    private let nextID = Atomic<UInt64>(1)
+    private let descriptorsOpen = Atomic<Int>(3)
+    private let epollFD: CInt
+    private let wakeFD: CInt
+    private let timerFD: CInt
+
+    private let lock = Lock()
+    private let workAvailable: UnsafeMutablePointer<pthread_cond_t>
+    // Guarded by `lock`.
+    private var runQueue = FIFO()
+    private var running: [UInt64: Request] = [:]
+    private var parked: [UInt64: Request] = [:]
+    private var fdWaiters: [CInt: [UInt64]] = [:]
+    private var registered: Set<CInt> = []
+    private var timers = DeadlineHeap()
+    private var timerRequests: [UInt64: Request] = [:]
+    private var armedDeadline: Int64 = .max
+    private var stopping = false
+    private var threads: [pthread_t] = []
+
+    init() {
+        epollFD = epoll_create1(CInt(EPOLL_CLOEXEC))
+        wakeFD = eventfd(0, CInt(EFD_CLOEXEC | EFD_NONBLOCK))
+        timerFD = timerfd_create(CLOCK_BOOTTIME, CInt(TFD_CLOEXEC | TFD_NONBLOCK))
+        precondition(epollFD >= 0 && wakeFD >= 0 && timerFD >= 0, "POSIX engine set-up failed: \(Errno(rawValue: errno))")
+        var wakeEvent = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(u64: Self.wakeKey))
+        epoll_ctl(epollFD, EPOLL_CTL_ADD, wakeFD, &wakeEvent)
+        var timerEvent = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(u64: Self.timerKey))
+        epoll_ctl(epollFD, EPOLL_CTL_ADD, timerFD, &timerEvent)
+        workAvailable = .allocate(capacity: 1)
+        workAvailable.initialize(to: pthread_cond_t())
+        pthread_cond_init(workAvailable, nil)
+        var started: [pthread_t] = []
+        started.append(spawn { $0.reactorLoop() })
+        for _ in 0..<Self.poolSize { started.append(spawn { $0.poolLoop() }) }
+        lock.withLock { threads = started }
+    }
+
+    deinit {
+        pthread_cond_destroy(workAvailable)
+        workAvailable.deallocate()
+    }
+
+    var ownDescriptorCount: Int { descriptorsOpen.load(ordering: .acquiring) }
+
+    private final class ThreadStart {
+        let backend: POSIXBackend
+        let body: (POSIXBackend) -> Void
+        init(_ backend: POSIXBackend, _ body: @escaping (POSIXBackend) -> Void) {
+            self.backend = backend
+            self.body = body
+        }
+    }
+
+    private func spawn(_ body: @escaping (POSIXBackend) -> Void) -> pthread_t {
+        let context = Unmanaged.passRetained(ThreadStart(self, body)).toOpaque()
+        var thread = pthread_t()
+        let rc = pthread_create(
+            &thread,
+            nil,
+            { context in
+                let start = Unmanaged<ThreadStart>.fromOpaque(context!).takeRetainedValue()
+                start.body(start.backend)
+                return nil
+            },
+            context
+        )
+        precondition(rc == 0, "pthread_create for the POSIX engine failed: \(rc)")
+        return thread
+    }
+
+    // MARK: Submission
+
+    func submit(_ op: Op, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID {
+        let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
+        let request = Request(id: id, op: op, keepAlive: keepAlive, handler: handler)
+        let accepted = lock.withLock { () -> Bool in
+            if stopping { return false }
+            runQueue.push(request)
+            pthread_cond_signal(workAvailable)
+            return true
+        }
+        if !accepted { handler(IOCompletion(result: 0, error: .socketShutdown)) }
+        return OperationID(rawValue: id)
+    }
+
+    func shutdown() {
+        var cancelled: [Request] = []
+        let joinable = lock.withLock { () -> [pthread_t] in
+            if stopping { return [] }
+            stopping = true
+            while let request = runQueue.pop() { cancelled.append(request) }
+            cancelled.append(contentsOf: parked.values)
+            cancelled.append(contentsOf: timerRequests.values)
+            parked.removeAll()
+            timerRequests.removeAll()
+            fdWaiters.removeAll()
+            pthread_cond_broadcast(workAvailable)
+            defer { threads.removeAll() }
+            return threads
+        }
+        guard !joinable.isEmpty else { return }
+        for request in cancelled { request.handler(IOCompletion(result: request.progress, error: .canceled)) }
+        var one: UInt64 = 1
+        _ = Glibc.write(wakeFD, &one, 8)
+        for thread in joinable { pthread_join(thread, nil) }
+        Glibc.close(epollFD)
+        Glibc.close(wakeFD)
+        Glibc.close(timerFD)
+        descriptorsOpen.store(0, ordering: .releasing)
+    }
+
+    // MARK: Pool threads
+
+    private func poolLoop() {
+        while true {
+            lock.lock()
+            while runQueue.isEmpty && !stopping { pthread_cond_wait(workAvailable, lock.mutex) }
+            guard !stopping, let request = runQueue.pop() else {
+                lock.unlock()
+                return
+            }
+            running[request.id] = request
+            lock.unlock()
+            execute(request)
+        }
+    }
+
+    /// Runs `request` on this pool thread until it completes or parks in the reactor.
+    private func execute(_ request: Request) {
+        while true {
+            let res: Int
+            switch request.op {
+            case .nop:
+                res = 0
+            case .fail:
+                res = 0
+            case .read, .write, .vector:
+                res = transfer(request)
+            case .openat(let dirfd, let path, let flags, let mode):
+                res = syscallResult(Int(Glibc.openat(dirfd, path.pointer, flags, mode)))
+            case .close(let fd):
+                res = syscallResult(Int(Glibc.close(fd)))
+            case .statx(let dirfd, let path, let flags, let box):
+                res = syscallResult(Int(callStatx(dirfd, path.pointer, flags, StatxBox.mask, box.pointer)))
+            case .fsync(let fd, let dataOnly):
+                res = syscallResult(Int(dataOnly ? Glibc.fdatasync(fd) : Glibc.fsync(fd)))
+            case .pollAdd(let fd, let events):
+                park(request, fd: fd, events: events)
+                return
+            case .timeout(let deadline):
+                addTimer(request, deadline: deadline.nanoseconds)
+                return
+            case .pollRemove(let target):
+                res = remove(target, onlyIf: { if case .pollAdd = $0 { return true } else { return false } })
+            case .timeoutRemove(let target):
+                res = removeTimer(target)
+            case .cancel(let target):
+                res = cancel(target)
+            }
+            switch request.step(after: res) {
+            case .complete(let completion):
+                lock.withLock { _ = running.removeValue(forKey: request.id) }
+                request.handler(completion)
+                return
+            case .again:
+                continue
+            case .awaitReadiness(let events):
+                park(request, fd: request.op.transferDescriptor!, events: events)
+                return
+            }
+        }
+    }
+
+    private func syscallResult(_ rc: Int) -> Int { rc >= 0 ? rc : -Int(errno) }
+
+    /// How a request's descriptor is read and written, decided once per request.
+    private enum TransferMode: UInt8 {
+        case undecided = 0
+        case blocking  // regular files and block devices
+        case noWait  // RWF_NOWAIT, then readiness
+        case pollFirst  // no RWF_NOWAIT support: poll without waiting, then a blocking call
+    }
+
+    /// One read or write system call for the current piece of `request`, as a count or a negated errno;
+    /// -EAGAIN means "park until ready".
+    private func transfer(_ request: Request) -> Int {
+        guard let fd = request.op.transferDescriptor else { return -Int(EINVAL) }
+        var mode = TransferMode(rawValue: request.transferMode) ?? .undecided
+        if mode == .undecided {
+            var st = stat()
+            guard fstat(fd, &st) == 0 else { return -Int(errno) }
+            let type = st.st_mode & S_IFMT
+            mode = type == S_IFREG || type == S_IFBLK ? .blocking : .noWait
+        }
+        defer { request.transferMode = mode.rawValue }
+        let isWrite: Bool
+        switch request.op {
+        case .write, .vector(_, _, _, true): isWrite = true
+        default: isWrite = false
+        }
+        if mode == .pollFirst && !request.readyHint {
+            var pfd = pollfd(fd: fd, events: Int16(isWrite ? POLLOUT : POLLIN), revents: 0)
+            if Glibc.poll(&pfd, 1, 0) == 0 { return -Int(EAGAIN) }
+        }
+        request.readyHint = false
+        let flags = mode == .noWait ? CInt(CURING_RWF_NOWAIT) : 0
+        let res = withTransferVector(request) { iov, count, offset in
+            syscallResult(
+                isWrite ? pwritev2(fd, iov, count, off_t(offset), flags) : preadv2(fd, iov, count, off_t(offset), flags)
+            )
+        }
+        if res == -Int(EOPNOTSUPP) && mode == .noWait {
+            mode = .pollFirst
+            return -Int(EINTR)  // try again at once in the new mode
+        }
+        return res
+    }
+
+    private func withTransferVector(
+        _ request: Request,
+        _ body: (UnsafePointer<iovec>, CInt, Int64) -> Int
+    ) -> Int {
+        if case .vector(let vector, _, _, _) = request.op {
+            let rest = vector.remaining
+            return body(rest.pointer, CInt(rest.count), request.currentTransfer().offset)
+        }
+        let piece = request.currentTransfer()
+        var iov = iovec(iov_base: piece.buffer, iov_len: piece.length)
+        return body(&iov, 1, piece.offset)
+    }
+
+    // MARK: The reactor
+
+    /// Parks `request` until `fd` is ready for `events`.
+    private func park(_ request: Request, fd: CInt, events: UInt32) {
+        var failure: Int32 = 0
+        var readyNow = false
+        lock.withLock {
+            running[request.id] = nil
+            if request.cancelRequested {
+                failure = ECANCELED
+                return
+            }
+            request.readinessEvents = events
+            var waiters = fdWaiters[fd] ?? []
+            waiters.append(request.id)
+            let mask = waiters.reduce(UInt32(0)) { $0 | (parked[$1]?.readinessEvents ?? events) }
+            var event = epoll_event(events: mask | EPOLLONESHOT.rawValue, data: epoll_data_t(u64: UInt64(UInt32(bitPattern: fd))))
+            var rc = epoll_ctl(epollFD, registered.contains(fd) ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &event)
+            if rc != 0 && errno == ENOENT {
+                rc = epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event)
+            } else if rc != 0 && errno == EEXIST {
+                rc = epoll_ctl(epollFD, EPOLL_CTL_MOD, fd, &event)
+            }
+            if rc != 0 {
+                // EPERM: files epoll cannot watch (regular files, /dev/zero) are always ready, as poll(2) says.
+                if errno == EPERM { readyNow = true } else { failure = errno }
+                return
+            }
+            registered.insert(fd)
+            fdWaiters[fd] = waiters
+            parked[request.id] = request
+        }
+        if failure != 0 {
+            request.handler(IOCompletion(result: request.progress, error: Errno(rawValue: failure)))
+        } else if readyNow {
+            let ready = events & UInt32(POLLIN | POLLOUT)
+            becameReady(request, revents: ready == 0 ? events : ready)
+        }
+    }
+
+    /// Completes a parked poll, or sends a parked transfer back to the pool.
+    private func becameReady(_ request: Request, revents: UInt32) {
+        if case .pollAdd = request.op {
+            request.handler(IOCompletion(result: Int(revents)))
+            return
+        }
+        request.readinessEvents = 0
+        request.readyHint = true
+        let accepted = lock.withLock { () -> Bool in
+            if stopping { return false }
+            runQueue.push(request)
+            pthread_cond_signal(workAvailable)
+            return true
+        }
+        if !accepted { request.handler(IOCompletion(result: request.progress, error: .canceled)) }
+    }
+
+    private func reactorLoop() {
+        let capacity = 64
+        let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: capacity)
+        defer { events.deallocate() }
+        while true {
+            let count = epoll_wait(epollFD, events, CInt(capacity), -1)
+            if count < 0 {
+                if errno == EINTR { continue }
+                preconditionFailure("epoll_wait failed: \(Errno(rawValue: errno))")
+            }
+            for index in 0..<Int(count) {
+                let key = events[index].data.u64
+                let revents = events[index].events
+                switch key {
+                case Self.wakeKey:
+                    var value: UInt64 = 0
+                    _ = Glibc.read(wakeFD, &value, 8)
+                    if lock.withLock({ stopping }) { return }
+                case Self.timerKey:
+                    var value: UInt64 = 0
+                    _ = Glibc.read(timerFD, &value, 8)
+                    fireTimers()
+                default:
+                    descriptorReady(CInt(bitPattern: UInt32(truncatingIfNeeded: key)), revents: revents)
+                }
+            }
+        }
+    }
+
+    private func descriptorReady(_ fd: CInt, revents: UInt32) {
+        let always = UInt32(POLLERR | POLLHUP | POLLNVAL)
+        var ready: [(Request, UInt32)] = []
+        lock.withLock {
+            guard let waiters = fdWaiters[fd] else { return }
+            var rest: [UInt64] = []
+            for id in waiters {
+                guard let request = parked[id] else { continue }
+                let wanted = request.readinessEvents
+                if revents & (wanted | always) != 0 {
+                    parked[id] = nil
+                    ready.append((request, revents & (wanted | always)))
+                } else {
+                    rest.append(id)
+                }
+            }
+            reregister(fd, waiters: rest)
+        }
+        for (request, events) in ready { becameReady(request, revents: events) }
+    }
+
+    /// Points the epoll registration of `fd` at what `waiters` still wait for, or removes it. Lock held.
+    private func reregister(_ fd: CInt, waiters: [UInt64]) {
+        let mask = waiters.reduce(UInt32(0)) { $0 | (parked[$1]?.readinessEvents ?? 0) }
+        if waiters.isEmpty || mask == 0 {
+            fdWaiters[fd] = nil
+            registered.remove(fd)
+            epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil)
+        } else {
+            fdWaiters[fd] = waiters
+            var event = epoll_event(events: mask | EPOLLONESHOT.rawValue, data: epoll_data_t(u64: UInt64(UInt32(bitPattern: fd))))
+            epoll_ctl(epollFD, EPOLL_CTL_MOD, fd, &event)
+        }
+    }
+
+    /// Takes a parked request out of the reactor and completes it with ECANCELED; the result is this
+    /// operation's own (0, or -ENOENT when there was nothing to remove).
+    private func remove(_ target: UInt64, onlyIf matches: (Op) -> Bool) -> Int {
+        let found = lock.withLock { () -> Request? in
+            guard let request = parked[target], matches(request.op) else { return nil }
+            parked[target] = nil
+            if let fd = request.op.transferDescriptor ?? Self.pollDescriptor(request.op), let waiters = fdWaiters[fd] {
+                reregister(fd, waiters: waiters.filter { $0 != target })
+            }
+            return request
+        }
+        guard let found else { return -Int(ENOENT) }
+        found.handler(IOCompletion(result: found.progress, error: .canceled))
+        return 0
+    }
+
+    private static func pollDescriptor(_ op: Op) -> CInt? {
+        if case .pollAdd(let fd, _) = op { return fd }
+        return nil
+    }
+
+    private func cancel(_ target: UInt64) -> Int {
+        enum Where {
+            case queued(Request)
+            case running
+            case elsewhere
+        }
+        let place = lock.withLock { () -> Where in
+            if let request = runQueue.remove(id: target) { return .queued(request) }
+            if let request = running[target] {
+                // It cannot be interrupted in its system call; it stops instead of parking.
+                request.cancelRequested = true
+                return .running
+            }
+            return .elsewhere
+        }
+        switch place {
+        case .queued(let request):
+            request.handler(IOCompletion(result: request.progress, error: .canceled))
+            return 0
+        case .running:
+            return -Int(EALREADY)
+        case .elsewhere:
+            if remove(target, onlyIf: { _ in true }) == 0 { return 0 }
+            return removeTimer(target)
+        }
+    }
+
+    // MARK: Timers
+
+    private func addTimer(_ request: Request, deadline: Int64) {
+        lock.withLock {
+            running[request.id] = nil
+            timerRequests[request.id] = request
+            timers.insert(deadline: deadline, id: request.id)
+            armTimer()
+        }
+    }
+
+    private func removeTimer(_ target: UInt64) -> Int {
+        guard let request = lock.withLock({ timerRequests.removeValue(forKey: target) }) else { return -Int(ENOENT) }
+        request.handler(IOCompletion(result: 0, error: .canceled))
+        return 0
+    }
+
+    /// Points the timerfd at the earliest live deadline. Lock held.
+    private func armTimer() {
+        while let first = timers.first, timerRequests[first.id] == nil { _ = timers.popFirst() }
+        let next = timers.first?.deadline ?? .max
+        guard next != armedDeadline else { return }
+        armedDeadline = next
+        var spec = itimerspec()
+        if next != .max {
+            // Zero would disarm the timer; a deadline in the past fires at once as 1 ns.
+            let at = max(next, 1)
+            spec.it_value = timespec(tv_sec: Int(at / 1_000_000_000), tv_nsec: Int(at % 1_000_000_000))
+        }
+        timerfd_settime(timerFD, CInt(TFD_TIMER_ABSTIME), &spec, nil)
+    }
+
+    private func fireTimers() {
+        var due: [Request] = []
+        lock.withLock {
+            let now = BootTime.now()
+            while let first = timers.first, first.deadline <= now {
+                _ = timers.popFirst()
+                if let request = timerRequests.removeValue(forKey: first.id) { due.append(request) }
+            }
+            armedDeadline = .min
+            armTimer()
+        }
+        for request in due { request.handler(IOCompletion(result: 0)) }
+    }
+}
+
+/// A first-in first-out queue of requests that can also drop one by identifier (cancel).
+private struct FIFO {
+    private var items: [Request?] = []
+    private var head = 0
+
+    var isEmpty: Bool { head == items.count }
+
+    mutating func push(_ request: Request) { items.append(request) }
+
+    mutating func pop() -> Request? {
+        while head < items.count {
+            let item = items[head]
+            items[head] = nil
+            head += 1
+            if head == items.count || head > 1024 && head * 2 > items.count {
+                items.removeFirst(head)
+                head = 0
+            }
+            if let item { return item }
+        }
+        return nil
+    }
+
+    mutating func remove(id: UInt64) -> Request? {
+        for index in head..<items.count where items[index]?.id == id {
+            let item = items[index]
+            items[index] = nil
+            return item
+        }
+        return nil
+    }
+}
+
+/// A binary min-heap of (deadline, id).
+private struct DeadlineHeap {
+    private var storage: [(deadline: Int64, id: UInt64)] = []
+
+    var first: (deadline: Int64, id: UInt64)? { storage.first }
+
+    mutating func insert(deadline: Int64, id: UInt64) {
+        storage.append((deadline, id))
+        var child = storage.count - 1
+        while child > 0 {
+            let parent = (child - 1) / 2
+            if storage[parent].deadline <= storage[child].deadline { break }
+            storage.swapAt(parent, child)
+            child = parent
+        }
+    }
+
+    mutating func popFirst() -> (deadline: Int64, id: UInt64)? {
+        guard !storage.isEmpty else { return nil }
+        storage.swapAt(0, storage.count - 1)
+        let top = storage.removeLast()
+        var parent = 0
+        while true {
+            let left = 2 * parent + 1
+            let right = left + 1
+            var smallest = parent
+            if left < storage.count && storage[left].deadline < storage[smallest].deadline { smallest = left }
+            if right < storage.count && storage[right].deadline < storage[smallest].deadline { smallest = right }
+            if smallest == parent { break }
+            storage.swapAt(parent, smallest)
+            parent = smallest
+        }
+        return top
+    }
+}

@@ -1,0 +1,279 @@
+import CURing
+import SystemPackage
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a backend needs to offer; ``IOEngine`` validates arguments and builds the ``Op``.
+protocol EngineBackend: Sendable {
+    /// Hands `op` to the engine; `handler` runs exactly once.
+    func submit(_ op: Op, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID
+    func shutdown()
+    var ownDescriptorCount: Int { get }
+}
+
+/// One operation as both backends see it. Pointers in it stay valid until the request completes:
+/// the caller's through `keepAlive`, the engine's own (paths, iovecs, stat buffers) through the boxes.
+enum Op {
+    case nop
+    /// Completes at once with this error, without a system call (bad arguments found at submission).
+    case fail(Errno)
+    case read(fd: CInt, buffer: UnsafeMutableRawPointer?, length: Int, offset: Int64)
+    case write(fd: CInt, buffer: UnsafeMutableRawPointer?, length: Int, offset: Int64)
+    case vector(IOVector, fd: CInt, offset: Int64, isWrite: Bool)
+    case openat(dirfd: CInt, path: CPath, flags: CInt, mode: mode_t)
+    case close(fd: CInt)
+    case statx(dirfd: CInt, path: CPath, flags: CInt, box: StatxBox)
+    case fsync(fd: CInt, dataOnly: Bool)
+    case pollAdd(fd: CInt, events: UInt32)
+    case pollRemove(target: UInt64)
+    case timeout(deadline: BootTime)
+    case timeoutRemove(target: UInt64)
+    case cancel(target: UInt64)
+
+    /// The descriptor a read or write goes to, for the ones that may have to wait for readiness.
+    var transferDescriptor: CInt? {
+        switch self {
+        case .read(let fd, _, _, _), .write(let fd, _, _, _), .vector(_, let fd, _, _): return fd
+        default: return nil
+        }
+    }
+}
+
+/// What to do after one kernel result for a request.
+enum Step {
+    case complete(IOCompletion)
+    /// Issue the (updated) operation again: EINTR, the rest of a short write, the next piece of a split.
+    case again
+    /// The descriptor is non-blocking and not ready: wait for these `poll` events, then issue it again.
+    case awaitReadiness(UInt32)
+}
+
+/// One submitted operation and its progress. Owned by one engine thread at a time.
+final class Request: @unchecked Sendable {
+    let id: UInt64
+    var op: Op
+    let handler: CompletionHandler
+    /// Keeps the caller's memory alive until the kernel is done with it.
+    let keepAlive: AnyObject?
+    /// Bytes transferred so far, for split reads and resubmitted writes.
+    var progress = 0
+    /// Set while the request waits for readiness after `EAGAIN` (the poll events it waits for).
+    var readinessEvents: UInt32 = 0
+    // Used by the POSIX engine only: how this descriptor is transferred, whether the reactor just found
+    // it ready, and whether a cancel arrived while the request was in a system call.
+    var transferMode: UInt8 = 0
+    var readyHint = false
+    var cancelRequested = false
+
+    init(id: UInt64, op: Op, keepAlive: AnyObject?, handler: @escaping CompletionHandler) {
+        self.id = id
+        self.op = op
+        self.keepAlive = keepAlive
+        self.handler = handler
+    }
+
+    /// The piece of a read or write to issue now: it starts `progress` bytes in, and is at most
+    /// ``IOEngine/maximumTransfer`` long.
+    func currentTransfer() -> (buffer: UnsafeMutableRawPointer?, length: Int, offset: Int64) {
+        switch op {
+        case .read(_, let buffer, let length, let offset), .write(_, let buffer, let length, let offset):
+            let rest = length - progress
+            return (
+                buffer.map { $0 + progress },
+                min(rest, IOEngine.maximumTransfer),
+                offset < 0 ? -1 : offset + Int64(progress)
+            )
+        case .vector(_, _, let offset, _):
+            return (nil, 0, offset < 0 ? -1 : offset + Int64(progress))
+        default:
+            return (nil, 0, -1)
+        }
+    }
+
+    /// Decides what follows a kernel result `res` (a count, or a negated errno) for this request.
+    func step(after res: Int) -> Step {
+        switch op {
+        case .read(_, _, let length, _):
+            if res == -Int(EINTR) { return .again }
+            if res == -Int(EAGAIN) { return .awaitReadiness(UInt32(POLLIN)) }
+            if res < 0 { return .complete(IOCompletion(result: progress, error: Errno(rawValue: CInt(-res)))) }
+            let asked = currentTransfer().length
+            progress += res
+            // Only a read that was split goes on, and only while each piece came back full.
+            if res == asked && res > 0 && progress < length { return .again }
+            return .complete(IOCompletion(result: progress))
+        case .write(_, _, let length, _):
+            if res == -Int(EINTR) { return .again }
+            if res == -Int(EAGAIN) { return .awaitReadiness(UInt32(POLLOUT)) }
+            if res < 0 { return .complete(IOCompletion(result: progress, error: Errno(rawValue: CInt(-res)))) }
+            progress += res
+            if progress >= length { return .complete(IOCompletion(result: progress)) }
+            // A write that makes no progress would spin forever; the kernel only does this on odd devices.
+            if res == 0 { return .complete(IOCompletion(result: progress, error: .ioError)) }
+            return .again
+        case .vector(let vector, _, _, let isWrite):
+            if res == -Int(EINTR) { return .again }
+            if res == -Int(EAGAIN) { return .awaitReadiness(UInt32(isWrite ? POLLOUT : POLLIN)) }
+            if res < 0 { return .complete(IOCompletion(result: progress, error: Errno(rawValue: CInt(-res)))) }
+            progress += res
+            guard isWrite else { return .complete(IOCompletion(result: progress)) }
+            vector.consume(res)
+            if vector.isEmpty { return .complete(IOCompletion(result: progress)) }
+            if res == 0 { return .complete(IOCompletion(result: progress, error: .ioError)) }
+            return .again
+        case .close:
+            // Linux closes the descriptor even when close reports EINTR: retrying could close a reused number.
+            if res == -Int(EINTR) || res >= 0 { return .complete(IOCompletion(result: 0)) }
+            return .complete(IOCompletion(result: 0, error: Errno(rawValue: CInt(-res))))
+        case .timeout:
+            // The kernel reports an expired timeout as -ETIME: that is this operation's success.
+            if res == -Int(ETIME) || res >= 0 { return .complete(IOCompletion(result: 0)) }
+            return .complete(IOCompletion(result: 0, error: Errno(rawValue: CInt(-res))))
+        case .fsync, .openat, .statx:
+            if res == -Int(EINTR) { return .again }
+            if res < 0 { return .complete(IOCompletion(result: 0, error: Errno(rawValue: CInt(-res)))) }
+            return .complete(IOCompletion(result: res))
+        case .fail(let error):
+            return .complete(IOCompletion(result: 0, error: error))
+        case .nop, .pollAdd, .pollRemove, .timeoutRemove, .cancel:
+            if res < 0 { return .complete(IOCompletion(result: 0, error: Errno(rawValue: CInt(-res)))) }
+            return .complete(IOCompletion(result: res))
+        }
+    }
+}
+
+/// A NUL-terminated copy of a path, alive as long as the request that uses it.
+final class CPath: @unchecked Sendable {
+    let pointer: UnsafeMutablePointer<CChar>
+
+    init(_ path: FilePath) {
+        pointer = path.withPlatformString { strdup($0)! }
+    }
+
+    deinit { free(pointer) }
+}
+
+/// An `iovec` array the engine owns, which a short write advances in place.
+final class IOVector: @unchecked Sendable {
+    let base: UnsafeMutablePointer<iovec>
+    private let capacity: Int
+    /// Index of the first element not yet fully transferred.
+    private(set) var start = 0
+
+    init(_ buffers: [UnsafeRawBufferPointer]) {
+        capacity = max(buffers.count, 1)
+        base = .allocate(capacity: capacity)
+        for (index, buffer) in buffers.enumerated() {
+            (base + index).initialize(
+                to: iovec(iov_base: UnsafeMutableRawPointer(mutating: buffer.baseAddress), iov_len: buffer.count)
+            )
+        }
+        count = buffers.count
+    }
+
+    private var count: Int
+
+    deinit { base.deallocate() }
+
+    /// The elements still to transfer.
+    var remaining: (pointer: UnsafeMutablePointer<iovec>, count: Int) { (base + start, count - start) }
+
+    var isEmpty: Bool { start >= count }
+
+    /// Drops the first `bytes` bytes, after a short transfer.
+    func consume(_ bytes: Int) {
+        var bytes = bytes
+        while start < count && bytes > 0 {
+            let length = base[start].iov_len
+            if bytes >= length {
+                bytes -= length
+                start += 1
+            } else {
+                base[start].iov_base = base[start].iov_base.map { $0 + bytes }
+                base[start].iov_len = length - bytes
+                bytes = 0
+            }
+        }
+        // Elements of length 0 count as done: a writev whose rest is all empty is complete.
+        while start < count && base[start].iov_len == 0 { start += 1 }
+    }
+}
+
+/// The `struct statx` a stat request fills in.
+final class StatxBox: @unchecked Sendable {
+    let pointer: UnsafeMutablePointer<statx>
+
+    init() {
+        pointer = .allocate(capacity: 1)
+        pointer.initialize(to: statx())
+    }
+
+    deinit { pointer.deallocate() }
+
+    static let mask = UInt32(STATX_BASIC_STATS)
+
+    var status: FileStatus {
+        let s = pointer.pointee
+        func time(_ t: statx_timestamp) -> timespec { timespec(tv_sec: Int(t.tv_sec), tv_nsec: Int(t.tv_nsec)) }
+        return FileStatus(
+            size: Int64(s.stx_size),
+            mode: UInt32(s.stx_mode),
+            uid: s.stx_uid,
+            gid: s.stx_gid,
+            linkCount: s.stx_nlink,
+            inode: s.stx_ino,
+            deviceMajor: s.stx_dev_major,
+            deviceMinor: s.stx_dev_minor,
+            blockSize: s.stx_blksize,
+            blocks: s.stx_blocks,
+            accessTime: time(s.stx_atime),
+            modificationTime: time(s.stx_mtime),
+            changeTime: time(s.stx_ctime)
+        )
+    }
+}
+
+/// An absolute time on `CLOCK_BOOTTIME`, the clock of `ContinuousClock` on Linux, in a stable allocation
+/// the kernel can read.
+final class BootTime: @unchecked Sendable {
+    let pointer: UnsafeMutablePointer<__kernel_timespec>
+
+    /// Converts `deadline`. The boot-time clock is read after the continuous one, so the converted
+    /// deadline is never earlier than the one asked for.
+    init(_ deadline: ContinuousClock.Instant) {
+        let remaining = deadline - ContinuousClock.now
+        var now = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &now)
+        let (seconds, attoseconds) = remaining.components
+        var sec = Int64(now.tv_sec) + seconds
+        // Round partial nanoseconds up, so that rounding never makes a deadline early.
+        var nsec = Int64(now.tv_nsec) + attoseconds / 1_000_000_000 + (attoseconds % 1_000_000_000 > 0 ? 1 : 0)
+        while nsec >= 1_000_000_000 {
+            nsec -= 1_000_000_000
+            sec += 1
+        }
+        while nsec < 0 {
+            nsec += 1_000_000_000
+            sec -= 1
+        }
+        if sec < 0 {
+            sec = 0
+            nsec = 0
+        }
+        pointer = .allocate(capacity: 1)
+        pointer.initialize(to: __kernel_timespec(tv_sec: sec, tv_nsec: nsec))
+    }
+
+    deinit { pointer.deallocate() }
+
+    /// Nanoseconds since boot.
+    var nanoseconds: Int64 { pointer.pointee.tv_sec &* 1_000_000_000 &+ pointer.pointee.tv_nsec }
+
+    static func now() -> Int64 {
+        var now = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &now)
+        return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+    }
+}

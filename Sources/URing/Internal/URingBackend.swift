@@ -1,0 +1,407 @@
+import CURing
+import Synchronization
+import SystemPackage
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The io_uring engine: one ring, owned by one thread.
+///
+/// Other threads append requests to `incoming` under a lock and write the eventfd only when the ring
+/// thread is about to sleep (`sleeping`), so a busy ring takes no wake-up system calls. The ring thread
+/// fills as many SQEs as it has requests, submits them with one `io_uring_enter`, reaps every CQE, and
+/// calls each request's handler. Handlers that submit from the ring thread go to `local` and join the
+/// next batch without locking or waking.
+final class URingBackend: EngineBackend, @unchecked Sendable {
+    /// Entries in the submission queue; the completion queue gets `completionEntries`.
+    static let submissionEntries: UInt32 = 256
+    static let completionEntries: UInt32 = 4096
+    /// `user_data` of the engine's own requests.
+    private static let wakeID: UInt64 = 0
+    private static let cancelAllID: UInt64 = .max
+
+    private let ring: UnsafeMutablePointer<io_uring>
+    private let wakeFD: CInt
+    private let wakeBuffer: UnsafeMutablePointer<UInt64>
+    private let enableOnRingThread: Bool
+    private let nextID = Atomic<UInt64>(1)
+    private let sleeping = Atomic<Bool>(false)
+    private let ringThread = Atomic<UInt>(0)
+    private let descriptorsOpen = Atomic<Int>(2)
+
+    private let handoff = Lock()
+    // Guarded by `handoff`.
+    private var incoming: [Request] = []
+    private var stopping = false
+    private var joiner: pthread_t?
+
+    // Touched by the ring thread only.
+    private var inFlight: [UInt64: Request] = [:]
+    private var local: [Request] = []
+    private var draining = false
+    private var wakeArmed = false
+    private var cancelAllPending = false
+
+    /// The flag sets tried in order: the newest first (one issuer, completions run when the ring thread
+    /// asks for them), then plainer ones for older kernels.
+    private static let setupFlagSets: [UInt32] = [
+        UInt32(IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED)
+            | UInt32(IORING_SETUP_CQSIZE),
+        UInt32(IORING_SETUP_CQSIZE),
+        0,
+    ]
+
+    /// Opcodes the engine issues; a kernel without one of them gets the POSIX engine.
+    private static let requiredOpcodes: [(Int32, String)] = [
+        (Int32(IORING_OP_NOP.rawValue), "nop"), (Int32(IORING_OP_READ.rawValue), "read"),
+        (Int32(IORING_OP_WRITE.rawValue), "write"), (Int32(IORING_OP_READV.rawValue), "readv"),
+        (Int32(IORING_OP_WRITEV.rawValue), "writev"), (Int32(IORING_OP_OPENAT.rawValue), "openat"),
+        (Int32(IORING_OP_CLOSE.rawValue), "close"), (Int32(IORING_OP_STATX.rawValue), "statx"),
+        (Int32(IORING_OP_FSYNC.rawValue), "fsync"), (Int32(IORING_OP_POLL_ADD.rawValue), "poll_add"),
+        (Int32(IORING_OP_POLL_REMOVE.rawValue), "poll_remove"), (Int32(IORING_OP_TIMEOUT.rawValue), "timeout"),
+        (Int32(IORING_OP_TIMEOUT_REMOVE.rawValue), "timeout_remove"),
+        (Int32(IORING_OP_ASYNC_CANCEL.rawValue), "async_cancel"),
+    ]
+
+    init() throws(EngineUnavailable) {
+        if let disabled = Self.readSysctl("/proc/sys/kernel/io_uring_disabled"), disabled == 2 {
+            throw EngineUnavailable(description: "io_uring is disabled by kernel.io_uring_disabled=2")
+        }
+        ring = .allocate(capacity: 1)
+        ring.initialize(to: io_uring())
+        var lastError: CInt = 0
+        var enable = false
+        var ready = false
+        for flags in Self.setupFlagSets {
+            var params = io_uring_params()
+            params.flags = flags
+            params.cq_entries = Self.completionEntries
+            let rc = io_uring_queue_init_params(Self.submissionEntries, ring, &params)
+            if rc == 0 {
+                enable = flags & UInt32(IORING_SETUP_R_DISABLED) != 0
+                let needed = UInt32(IORING_FEAT_NODROP | IORING_FEAT_RW_CUR_POS | IORING_FEAT_FAST_POLL)
+                if params.features & needed != needed {
+                    io_uring_queue_exit(ring)
+                    ring.deallocate()
+                    throw EngineUnavailable(description: "io_uring lacks NODROP, RW_CUR_POS or FAST_POLL (kernel too old)")
+                }
+                ready = true
+                break
+            }
+            lastError = -rc
+            // Only an unknown flag is worth another try; EPERM, ENOSYS and ENOMEM are final.
+            if rc != -EINVAL { break }
+        }
+        guard ready else {
+            ring.deallocate()
+            let sysctl = Self.readSysctl("/proc/sys/kernel/io_uring_disabled").map { " (kernel.io_uring_disabled=\($0))" } ?? ""
+            throw EngineUnavailable(
+                description: "io_uring_setup failed: \(Errno(rawValue: lastError))\(sysctl)"
+            )
+        }
+        if let probe = io_uring_get_probe_ring(ring) {
+            defer { io_uring_free_probe(probe) }
+            let missing = Self.requiredOpcodes.filter { io_uring_opcode_supported(probe, $0.0) == 0 }.map(\.1)
+            if !missing.isEmpty {
+                io_uring_queue_exit(ring)
+                ring.deallocate()
+                throw EngineUnavailable(description: "io_uring lacks opcodes: \(missing.joined(separator: ", "))")
+            }
+        }
+        let efd = eventfd(0, CInt(EFD_CLOEXEC))
+        guard efd >= 0 else {
+            let error = Errno(rawValue: errno)
+            io_uring_queue_exit(ring)
+            ring.deallocate()
+            throw EngineUnavailable(description: "eventfd failed: \(error)")
+        }
+        wakeFD = efd
+        wakeBuffer = .allocate(capacity: 1)
+        wakeBuffer.initialize(to: 0)
+        enableOnRingThread = enable
+        startThread()
+    }
+
+    deinit {
+        ring.deallocate()
+        wakeBuffer.deallocate()
+    }
+
+    var ownDescriptorCount: Int { descriptorsOpen.load(ordering: .acquiring) }
+
+    private static func readSysctl(_ path: String) -> Int? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { Glibc.close(fd) }
+        var bytes = [UInt8](repeating: 0, count: 32)
+        let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+        guard n > 0 else { return nil }
+        return Int(String(decoding: bytes[..<n], as: UTF8.self).filter(\.isNumber))
+    }
+
+    private func startThread() {
+        let context = Unmanaged.passRetained(self).toOpaque()
+        var thread = pthread_t()
+        let rc = pthread_create(
+            &thread,
+            nil,
+            { context in
+                let backend = Unmanaged<URingBackend>.fromOpaque(context!).takeRetainedValue()
+                backend.run()
+                return nil
+            },
+            context
+        )
+        precondition(rc == 0, "pthread_create for the io_uring thread failed: \(rc)")
+        handoff.withLock { joiner = thread }
+    }
+
+    // MARK: Submission (any thread)
+
+    func submit(_ op: Op, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID {
+        let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
+        let request = Request(id: id, op: op, keepAlive: keepAlive, handler: handler)
+        if ringThread.load(ordering: .acquiring) == UInt(pthread_self()) {
+            if draining {
+                handler(IOCompletion(result: 0, error: .socketShutdown))
+            } else {
+                local.append(request)
+            }
+            return OperationID(rawValue: id)
+        }
+        let accepted = handoff.withLock { () -> Bool in
+            if stopping { return false }
+            incoming.append(request)
+            return true
+        }
+        guard accepted else {
+            handler(IOCompletion(result: 0, error: .socketShutdown))
+            return OperationID(rawValue: id)
+        }
+        if sleeping.exchange(false, ordering: .sequentiallyConsistent) { wake() }
+        return OperationID(rawValue: id)
+    }
+
+    private func wake() {
+        var one: UInt64 = 1
+        // EAGAIN can only mean the counter is saturated, which wakes the ring thread all the same.
+        _ = Glibc.write(wakeFD, &one, 8)
+    }
+
+    func shutdown() {
+        precondition(
+            ringThread.load(ordering: .acquiring) != UInt(pthread_self()),
+            "IOEngine.shutdown() called from the engine's own thread (inside a completion handler)"
+        )
+        let thread = handoff.withLock { () -> pthread_t? in
+            if stopping { return nil }
+            stopping = true
+            defer { joiner = nil }
+            return joiner
+        }
+        guard let thread else { return }
+        wake()
+        pthread_join(thread, nil)
+    }
+
+    // MARK: The ring thread
+
+    private func run() {
+        ringThread.store(UInt(pthread_self()), ordering: .releasing)
+        if enableOnRingThread {
+            let rc = curing_enable_rings(ring)
+            precondition(rc == 0, "io_uring_enable_rings failed: \(Errno(rawValue: -rc))")
+        }
+        armWake()
+        var batch: [Request] = []
+        let capacity = 256
+        let cqes = UnsafeMutablePointer<UnsafeMutablePointer<io_uring_cqe>?>.allocate(capacity: capacity)
+        let results = UnsafeMutablePointer<(UInt64, Int32)>.allocate(capacity: capacity)
+        defer {
+            cqes.deallocate()
+            results.deallocate()
+        }
+
+        func reap() {
+            while true {
+                let count = Int(io_uring_peek_batch_cqe(ring, cqes, UInt32(capacity)))
+                if count == 0 { return }
+                // Copy the results out and free the CQ slots before any handler runs.
+                for index in 0..<count {
+                    let cqe = cqes[index]!.pointee
+                    results[index] = (cqe.user_data, cqe.res)
+                }
+                io_uring_cq_advance(ring, UInt32(count))
+                for index in 0..<count { handle(results[index].0, results[index].1) }
+            }
+        }
+        self.reapAll = reap
+
+        while true {
+            while !local.isEmpty {
+                swap(&batch, &local)
+                for request in batch { prepare(request) }
+                batch.removeAll(keepingCapacity: true)
+            }
+            let stop = handoff.withLock { () -> Bool in
+                swap(&batch, &incoming)
+                return stopping
+            }
+            for request in batch { draining ? cancelUnsubmitted(request) : prepare(request) }
+            batch.removeAll(keepingCapacity: true)
+            if stop && !draining { beginDrain() }
+            if draining && inFlight.isEmpty && !wakeArmed && !cancelAllPending { break }
+
+            var wait: UInt32 = local.isEmpty ? 1 : 0
+            if wait == 1 && !draining {
+                sleeping.store(true, ordering: .sequentiallyConsistent)
+                if handoff.withLock({ !incoming.isEmpty || stopping }) {
+                    sleeping.store(false, ordering: .sequentiallyConsistent)
+                    wait = 0
+                }
+            }
+            // With DEFER_TASKRUN, completions are only posted when the ring thread enters with
+            // GETEVENTS, so the non-blocking path asks for them too.
+            let rc = wait == 1 ? io_uring_submit_and_wait(ring, 1) : io_uring_submit_and_get_events(ring)
+            sleeping.store(false, ordering: .relaxed)
+            if rc < 0 && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN && rc != -ETIME {
+                preconditionFailure("io_uring_enter failed: \(Errno(rawValue: -rc))")
+            }
+            reap()
+        }
+        reapAll = nil
+        io_uring_queue_exit(ring)
+        Glibc.close(wakeFD)
+        descriptorsOpen.store(0, ordering: .releasing)
+    }
+
+    /// Reaps and handles completions; set while the ring thread runs, so that `nextSQE` can make room.
+    private var reapAll: (() -> Void)?
+
+    private func armWake() {
+        let sqe = nextSQE()
+        io_uring_prep_read(sqe, wakeFD, wakeBuffer, 8, 0)
+        io_uring_sqe_set_data64(sqe, Self.wakeID)
+        wakeArmed = true
+    }
+
+    private func beginDrain() {
+        draining = true
+        for request in local { cancelUnsubmitted(request) }
+        local.removeAll()
+        let sqe = nextSQE()
+        io_uring_prep_cancel64(sqe, 0, CInt(IORING_ASYNC_CANCEL_ANY))
+        io_uring_sqe_set_data64(sqe, Self.cancelAllID)
+        cancelAllPending = true
+    }
+
+    private func cancelUnsubmitted(_ request: Request) {
+        request.handler(IOCompletion(result: request.progress, error: .canceled))
+    }
+
+    /// A free SQE; when the submission queue is full, the queued ones go to the kernel first.
+    private func nextSQE() -> UnsafeMutablePointer<io_uring_sqe> {
+        while true {
+            if let sqe = io_uring_get_sqe(ring) { return sqe }
+            let rc = io_uring_submit(ring)
+            // EBUSY: the completion queue overflowed and wants reaping before more submissions.
+            if rc == -EBUSY || rc == -EAGAIN { reapAll?() }
+        }
+    }
+
+    private func handle(_ id: UInt64, _ res: Int32) {
+        if id == Self.wakeID {
+            wakeArmed = false
+            if !draining { armWake() }
+            return
+        }
+        if id == Self.cancelAllID {
+            cancelAllPending = false
+            // Anything the kernel could not cancel yet (EALREADY) is asked again until it is gone.
+            if draining && !inFlight.isEmpty {
+                let sqe = nextSQE()
+                io_uring_prep_cancel64(sqe, 0, CInt(IORING_ASYNC_CANCEL_ANY))
+                io_uring_sqe_set_data64(sqe, Self.cancelAllID)
+                cancelAllPending = true
+            }
+            return
+        }
+        guard let request = inFlight[id] else { return }
+        if request.readinessEvents != 0 {
+            request.readinessEvents = 0
+            if res < 0 {
+                finish(request, IOCompletion(result: request.progress, error: Errno(rawValue: -res)))
+            } else {
+                local.append(request)
+            }
+            return
+        }
+        switch request.step(after: Int(res)) {
+        case .complete(let completion): finish(request, completion)
+        case .again: draining ? finish(request, IOCompletion(result: request.progress, error: .canceled)) : local.append(request)
+        case .awaitReadiness(let events):
+            if draining {
+                finish(request, IOCompletion(result: request.progress, error: .canceled))
+            } else {
+                request.readinessEvents = events
+                local.append(request)
+            }
+        }
+    }
+
+    private func finish(_ request: Request, _ completion: IOCompletion) {
+        inFlight[request.id] = nil
+        request.handler(completion)
+    }
+
+    private func prepare(_ request: Request) {
+        if case .fail(let error) = request.op {
+            request.handler(IOCompletion(result: 0, error: error))
+            return
+        }
+        let sqe = nextSQE()
+        inFlight[request.id] = request
+        defer { io_uring_sqe_set_data64(sqe, request.id) }
+        if request.readinessEvents != 0, let fd = request.op.transferDescriptor {
+            io_uring_prep_poll_add(sqe, fd, request.readinessEvents)
+            return
+        }
+        switch request.op {
+        case .nop, .fail:
+            io_uring_prep_nop(sqe)
+        case .read(let fd, _, _, _):
+            let piece = request.currentTransfer()
+            io_uring_prep_read(sqe, fd, piece.buffer, UInt32(piece.length), UInt64(bitPattern: piece.offset))
+        case .write(let fd, _, _, _):
+            let piece = request.currentTransfer()
+            io_uring_prep_write(sqe, fd, piece.buffer, UInt32(piece.length), UInt64(bitPattern: piece.offset))
+        case .vector(let vector, let fd, _, let isWrite):
+            let rest = vector.remaining
+            let offset = UInt64(bitPattern: request.currentTransfer().offset)
+            if isWrite {
+                io_uring_prep_writev(sqe, fd, rest.pointer, UInt32(rest.count), offset)
+            } else {
+                io_uring_prep_readv(sqe, fd, rest.pointer, UInt32(rest.count), offset)
+            }
+        case .openat(let dirfd, let path, let flags, let mode):
+            io_uring_prep_openat(sqe, dirfd, path.pointer, flags, mode)
+        case .close(let fd):
+            io_uring_prep_close(sqe, fd)
+        case .statx(let dirfd, let path, let flags, let box):
+            io_uring_prep_statx(sqe, dirfd, path.pointer, flags, StatxBox.mask, box.pointer)
+        case .fsync(let fd, let dataOnly):
+            io_uring_prep_fsync(sqe, fd, dataOnly ? UInt32(IORING_FSYNC_DATASYNC) : 0)
+        case .pollAdd(let fd, let events):
+            io_uring_prep_poll_add(sqe, fd, events)
+        case .pollRemove(let target):
+            io_uring_prep_poll_remove(sqe, target)
+        case .timeout(let deadline):
+            io_uring_prep_timeout(sqe, deadline.pointer, 0, UInt32(IORING_TIMEOUT_ABS | IORING_TIMEOUT_BOOTTIME))
+        case .timeoutRemove(let target):
+            io_uring_prep_timeout_remove(sqe, target, 0)
+        case .cancel(let target):
+            io_uring_prep_cancel64(sqe, target, 0)
+        }
+    }
+}

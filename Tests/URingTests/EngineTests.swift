@@ -1,0 +1,492 @@
+import Synchronization
+import SystemPackage
+import Testing
+import URing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Every test runs on both engines; the suite checks that it leaks no descriptor.
+@Suite(.serialized, .noDescriptorLeaks, .timeLimit(.minutes(1)))
+struct EngineTests {
+    // MARK: Round trips
+
+    @Test(arguments: EngineKind.allCases)
+    func nopCompletesWithZero(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let completion = await complete { engine.nop(then: $0) }
+            #expect(completion == IOCompletion(result: 0))
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func fileWriteAndReadAtOffsets(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        try await withEngine(kind) { engine in
+            let fd = openFile(dir.file("f"))
+            defer { close(fd) }
+            let data = Buffer(Array("hello, ring".utf8))
+            let written = await complete { engine.write(fd, from: UnsafeRawBufferPointer(data.slice(11)), at: 100, keepAlive: data, then: $0) }
+            #expect(written == IOCompletion(result: 11))
+            let into = Buffer(count: 64)
+            let read = await complete { engine.read(fd, into: into.slice(5), at: 107, keepAlive: into, then: $0) }
+            #expect(read == IOCompletion(result: 4))  // only 4 bytes before end of file
+            #expect(into.array(4) == Array("ring".utf8))
+            let hole = await complete { engine.read(fd, into: into.slice(3), at: 0, keepAlive: into, then: $0) }
+            #expect(hole.result == 3)
+            #expect(into.array(3) == [0, 0, 0])
+            let eof = await complete { engine.read(fd, into: into.slice(8), at: 111, keepAlive: into, then: $0) }
+            #expect(eof == IOCompletion(result: 0))
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func currentPositionAdvances(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        try await withEngine(kind) { engine in
+            let fd = openFile(dir.file("f"))
+            defer { close(fd) }
+            let a = Buffer(Array("abc".utf8))
+            let b = Buffer(Array("def".utf8))
+            _ = await complete { engine.write(fd, from: UnsafeRawBufferPointer(a.slice(3)), at: nil, keepAlive: a, then: $0) }
+            _ = await complete { engine.write(fd, from: UnsafeRawBufferPointer(b.slice(3)), at: nil, keepAlive: b, then: $0) }
+            #expect(lseek(fd, 0, SEEK_CUR) == 6)
+            lseek(fd, 2, SEEK_SET)
+            let into = Buffer(count: 8)
+            let read = await complete { engine.read(fd, into: into.slice(8), at: nil, keepAlive: into, then: $0) }
+            #expect(read.result == 4)
+            #expect(into.array(4) == Array("cdef".utf8))
+            #expect(lseek(fd, 0, SEEK_CUR) == 6)
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func vectoredWriteAndRead(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        try await withEngine(kind) { engine in
+            let fd = openFile(dir.file("f"))
+            defer { close(fd) }
+            let one = Buffer(Array("one-".utf8))
+            let two = Buffer(Array("two-".utf8))
+            let three = Buffer(Array("three".utf8))
+            let pieces = [one.slice(4), two.slice(4), three.slice(5)].map { UnsafeRawBufferPointer($0) }
+            let written = await complete { engine.writev(fd, from: pieces, at: 0, keepAlive: nil, then: $0) }
+            #expect(written == IOCompletion(result: 13))
+            let x = Buffer(count: 6)
+            let y = Buffer(count: 16)
+            let read = await complete { engine.readv(fd, into: [x.slice(6), y.slice(16)], at: 0, keepAlive: y, then: $0) }
+            #expect(read == IOCompletion(result: 13))
+            #expect(x.array(6) + y.array(7) == Array("one-two-three".utf8))
+            withExtendedLifetime((one, two, three, x)) {}
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func pipeRoundTripWithPendingRead(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let pipe = Pipe()
+            defer { pipe.close() }
+            let into = Buffer(count: 16)
+            // The read is submitted before anything is written: it must wait, not fail or block a thread.
+            let read = Pending { engine.read(pipe.read, into: into.slice(16), at: nil, keepAlive: into, then: $0) }
+            _ = await complete { engine.nop(then: $0) }
+            #expect(!read.isDone)
+            let data = Buffer(Array("ping".utf8))
+            let written = await complete { engine.write(pipe.write, from: UnsafeRawBufferPointer(data.slice(4)), at: nil, keepAlive: data, then: $0) }
+            #expect(written.result == 4)
+            #expect(await read.value == IOCompletion(result: 4))
+            #expect(into.array(4) == Array("ping".utf8))
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func socketPairRoundTrip(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let (a, b) = socketPair()
+            defer {
+                close(a)
+                close(b)
+            }
+            let data = Buffer(Array("over a socket".utf8))
+            let written = await complete { engine.write(a, from: UnsafeRawBufferPointer(data.slice(13)), at: nil, keepAlive: data, then: $0) }
+            #expect(written.result == 13)
+            let into = Buffer(count: 64)
+            let read = await complete { engine.read(b, into: into.slice(64), at: nil, keepAlive: into, then: $0) }
+            #expect(read.result == 13)
+            #expect(into.array(13) == Array("over a socket".utf8))
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func nonBlockingPipeWaitsForReadinessInsteadOfEAGAIN(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let pipe = Pipe(nonBlocking: true)
+            defer { pipe.close() }
+            let into = Buffer(count: 8)
+            let read = Pending { engine.read(pipe.read, into: into.slice(8), at: nil, keepAlive: into, then: $0) }
+            // Let the read reach the kernel and see EAGAIN before the data arrives.
+            _ = await complete { engine.nop(then: $0) }
+            #expect(!read.isDone)
+            #expect(write(pipe.write, "late", 4) == 4)
+            #expect(await read.value == IOCompletion(result: 4))
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func writeLargerThanPipeCompletesWhileReaderDrains(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let pipe = Pipe(nonBlocking: true)
+            defer { pipe.close() }
+            let size = 1 << 20  // 16 times the pipe's capacity: short writes and EAGAIN both happen
+            let data = Buffer(count: size)
+            for index in 0..<size { data.bytes[index] = UInt8(truncatingIfNeeded: index &* 7) }
+            let written = Pending { engine.write(pipe.write, from: UnsafeRawBufferPointer(data.bytes), at: nil, keepAlive: data, then: $0) }
+            var received: [UInt8] = []
+            let chunk = Buffer(count: 65536)
+            while received.count < size {
+                let read = await complete { engine.read(pipe.read, into: chunk.slice(65536), at: nil, keepAlive: chunk, then: $0) }
+                #expect(read.error == nil)
+                if read.result == 0 { break }
+                received += chunk.array(read.result)
+            }
+            #expect(await written.value == IOCompletion(result: size))
+            #expect(received == Array(data.bytes))
+        }
+    }
+
+    // MARK: Files: open, stat, fsync, close
+
+    @Test(arguments: EngineKind.allCases)
+    func openStatFsyncClose(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        try await withEngine(kind) { engine in
+            let opened = await complete { engine.openat(path: FilePath(dir.file("new")), flags: O_RDWR | O_CREAT | O_EXCL, permissions: [.ownerReadWrite], then: $0) }
+            #expect(opened.error == nil)
+            let fd = CInt(opened.result)
+            #expect(fcntl(fd, F_GETFD) & FD_CLOEXEC != 0)
+            let data = Buffer(count: 1000, fill: 0x5A)
+            _ = await complete { engine.write(fd, from: UnsafeRawBufferPointer(data.bytes), at: 0, keepAlive: data, then: $0) }
+            #expect(await complete { engine.fsync(fd, then: $0) } == IOCompletion(result: 0))
+            #expect(await complete { engine.fsync(fd, dataOnly: true, then: $0) } == IOCompletion(result: 0))
+            let status = await withCheckedContinuation { c in engine.stat(path: FilePath(dir.file("new"))) { c.resume(returning: $0) } }
+            let st = try status.get()
+            #expect(st.size == 1000)
+            #expect(st.isRegularFile)
+            #expect(st.mode & 0o777 == 0o600)
+            let viaFD = await withCheckedContinuation { c in engine.stat(fd, path: "", flags: 0x1000 /* AT_EMPTY_PATH */) { c.resume(returning: $0) } }
+            #expect(try viaFD.get().inode == st.inode)
+            #expect(await complete { engine.close(fd, then: $0) } == IOCompletion(result: 0))
+            #expect(fcntl(fd, F_GETFD) == -1 && errno == EBADF)
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func missingPathsReportENOENT(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let opened = await complete { engine.openat(path: "/nonexistent/dir/file", flags: O_RDONLY, then: $0) }
+            #expect(opened.error == .noSuchFileOrDirectory)
+            let status = await withCheckedContinuation { c in engine.stat(path: "/nonexistent/file") { c.resume(returning: $0) } }
+            #expect(throws: Errno.noSuchFileOrDirectory) { try status.get() }
+            let dir = await withCheckedContinuation { c in engine.stat(path: "/tmp") { c.resume(returning: $0) } }
+            let isDirectory = try dir.get().isDirectory
+            #expect(isDirectory)
+        }
+    }
+
+    // MARK: Concurrency
+
+    @Test(arguments: EngineKind.allCases)
+    func tenThousandOperationsFromSeveralThreadsCompleteExactlyOnce(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let total = 10_000
+            let threads = 4
+            let counts = Locked([Int](repeating: 0, count: total))
+            let finished = Atomic<Int>(0)
+            let dir = TemporaryDirectory()
+            defer { dir.cleanup() }
+            let fd = openFile(dir.file("f"))
+            defer { close(fd) }
+            let data = Buffer(count: 16, fill: 1)
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                for thread in 0..<threads {
+                    let start = thread * (total / threads)
+                    Thread.detach {
+                        for index in start..<(start + total / threads) {
+                            let handler: CompletionHandler = { completion in
+                                #expect(completion.error == nil)
+                                counts.withLock { $0[index] += 1 }
+                                if finished.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue == total {
+                                    done.resume()
+                                }
+                            }
+                            // A mix of nops and small positioned writes.
+                            if index % 2 == 0 {
+                                engine.nop(then: handler)
+                            } else {
+                                engine.write(fd, from: UnsafeRawBufferPointer(data.slice(16)), at: Int64(index * 16), keepAlive: data, then: handler)
+                            }
+                        }
+                    }
+                }
+            }
+            #expect(counts.withLock { $0.allSatisfy { $0 == 1 } })
+            var st = stat()
+            fstat(fd, &st)
+            #expect(st.st_size == (total - 1) * 16 + 16)
+        }
+    }
+
+    // MARK: Cancellation, readiness, timeouts
+
+    @Test(arguments: EngineKind.allCases)
+    func cancellingAPendingPipeReadCompletesItWithECANCELED(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let pipe = Pipe()
+            defer { pipe.close() }
+            let into = Buffer(count: 8)
+            let read = Pending { engine.read(pipe.read, into: into.slice(8), at: nil, keepAlive: into, then: $0) }
+            _ = await complete { engine.nop(then: $0) }
+            let cancel = await complete { engine.cancel(read.id!, then: $0) }
+            #expect(cancel.error == nil)
+            #expect(await read.value.error == .canceled)
+            // Nothing was consumed: a later write is there for a later read.
+            #expect(write(pipe.write, "x", 1) == 1)
+            let again = await complete { engine.read(pipe.read, into: into.slice(8), at: nil, keepAlive: into, then: $0) }
+            #expect(again.result == 1)
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func cancellingSomethingFinishedReportsENOENT(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let id = await withCheckedContinuation { c in
+                let box = Locked<OperationID?>(nil)
+                box.withLock { $0 = engine.nop { _ in c.resume(returning: box.withLock { $0 }!) } }
+            }
+            let cancel = await complete { engine.cancel(id, then: $0) }
+            #expect(cancel.error == .noSuchFileOrDirectory)
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func invalidDescriptorGivesEBADF(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let bad = closedDescriptor()
+            let into = Buffer(count: 8)
+            let read = await complete { engine.read(bad, into: into.slice(8), at: nil, keepAlive: into, then: $0) }
+            #expect(read.error == .badFileDescriptor)
+            let write = await complete { engine.write(bad, from: UnsafeRawBufferPointer(into.slice(8)), at: 0, keepAlive: into, then: $0) }
+            #expect(write.error == .badFileDescriptor)
+            #expect(write.result == 0)
+            #expect(await complete { engine.fsync(bad, then: $0) }.error == .badFileDescriptor)
+            #expect(await complete { engine.close(bad, then: $0) }.error == .badFileDescriptor)
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func readinessOnAPipeFiresAfterAWrite(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let pipe = Pipe()
+            defer { pipe.close() }
+            let poll = Pending { engine.poll(pipe.read, events: .readable, then: $0) }
+            _ = await complete { engine.nop(then: $0) }
+            #expect(!poll.isDone, "readiness reported before any write")
+            #expect(write(pipe.write, "r", 1) == 1)
+            let completion = await poll.value
+            #expect(completion.error == nil)
+            #expect(PollEvents(rawValue: UInt32(completion.result)).contains(.readable))
+            // A writable pipe is ready for writing at once.
+            let writable = await complete { engine.poll(pipe.write, events: .writable, then: $0) }
+            #expect(PollEvents(rawValue: UInt32(writable.result)).contains(.writable))
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func removingAPollCompletesItWithECANCELED(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let pipe = Pipe()
+            defer { pipe.close() }
+            let poll = Pending { engine.poll(pipe.read, events: .readable, then: $0) }
+            _ = await complete { engine.nop(then: $0) }
+            let removal = await complete { engine.removePoll(poll.id!, then: $0) }
+            #expect(removal.error == nil)
+            #expect(await poll.value.error == .canceled)
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func timeoutsNeverFireEarly(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let clock = ContinuousClock()
+            for delay in [Duration.zero, .microseconds(50), .milliseconds(1), .milliseconds(7), .milliseconds(20)] {
+                let deadline = clock.now + delay
+                let completion = await complete { engine.timeout(deadline: deadline, then: $0) }
+                let firedAt = clock.now
+                #expect(completion == IOCompletion(result: 0))
+                #expect(firedAt >= deadline, "timeout for +\(delay) fired \(deadline - firedAt) early")
+            }
+            // Many at once, in reverse order: each still not early.
+            let deadlines = (1...50).map { clock.now + .microseconds(200 * (51 - $0)) }
+            let early = Atomic<Int>(0)
+            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+                let left = Atomic<Int>(deadlines.count)
+                for deadline in deadlines {
+                    engine.timeout(deadline: deadline) { _ in
+                        if clock.now < deadline { early.add(1, ordering: .relaxed) }
+                        if left.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { done.resume() }
+                    }
+                }
+            }
+            let earlyCount = early.load(ordering: .relaxed)
+            #expect(earlyCount == 0)
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func removingATimeoutCompletesItWithECANCELED(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let timeout = Pending { engine.timeout(deadline: .now + .seconds(30), then: $0) }
+            _ = await complete { engine.nop(then: $0) }
+            let removal = await complete { engine.removeTimeout(timeout.id!, then: $0) }
+            #expect(removal.error == nil)
+            #expect(await timeout.value.error == .canceled)
+            let again = await complete { engine.removeTimeout(timeout.id!, then: $0) }
+            #expect(again.error == .noSuchFileOrDirectory)
+        }
+    }
+
+    // MARK: Edge cases with defined results
+
+    @Test(arguments: EngineKind.allCases)
+    func zeroLengthTransfersCompleteWithZero(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        try await withEngine(kind) { engine in
+            let fd = openFile(dir.file("f"))
+            defer { close(fd) }
+            let buffer = Buffer(count: 1)
+            let empty = UnsafeMutableRawBufferPointer(rebasing: buffer.bytes[0..<0])
+            #expect(await complete { engine.read(fd, into: empty, at: 0, then: $0) } == IOCompletion(result: 0))
+            #expect(await complete { engine.write(fd, from: UnsafeRawBufferPointer(empty), at: 0, then: $0) } == IOCompletion(result: 0))
+            #expect(await complete { engine.writev(fd, from: [], at: 0, then: $0) } == IOCompletion(result: 0))
+            let pipe = Pipe()
+            defer { pipe.close() }
+            #expect(await complete { engine.write(pipe.write, from: UnsafeRawBufferPointer(empty), at: nil, then: $0) } == IOCompletion(result: 0))
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func negativeOffsetsAreEINVAL(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let buffer = Buffer(count: 8)
+            let pipe = Pipe()
+            defer { pipe.close() }
+            #expect(await complete { engine.read(pipe.read, into: buffer.slice(8), at: -1, then: $0) }.error == .invalidArgument)
+            #expect(await complete { engine.write(pipe.write, from: UnsafeRawBufferPointer(buffer.slice(8)), at: -4096, then: $0) }.error == .invalidArgument)
+            #expect(await complete { engine.readv(pipe.read, into: [buffer.slice(8)], at: .min, then: $0) }.error == .invalidArgument)
+            #expect(await complete { engine.writev(pipe.write, from: [UnsafeRawBufferPointer(buffer.slice(8))], at: -1, then: $0) }.error == .invalidArgument)
+        }
+    }
+
+    /// Transfers over 2 GiB are split into pieces the kernel accepts, and come back whole.
+    @Test(arguments: EngineKind.allCases)
+    func transfersOverTwoGiBAreSplit(kind: EngineKind) async throws {
+        let size = (1 << 31) + 8192
+        let base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp"
+        let path = "\(base)/uring-tests-big-\(getpid())-\(kind)"
+        defer { unlink(path) }
+        try await withEngine(kind) { engine in
+            let fd = openFile(path)
+            defer { close(fd) }
+            let buffer = Buffer(count: size)
+            memset(buffer.bytes.baseAddress!, 0x11, size)
+            buffer.bytes[size - 1] = 0xEE
+            let written = await complete { engine.write(fd, from: UnsafeRawBufferPointer(buffer.bytes), at: 0, keepAlive: buffer, then: $0) }
+            #expect(written == IOCompletion(result: size))
+            var st = stat()
+            fstat(fd, &st)
+            #expect(st.st_size == size)
+            memset(buffer.bytes.baseAddress!, 0, size)
+            let read = await complete { engine.read(fd, into: buffer.bytes, at: 0, keepAlive: buffer, then: $0) }
+            #expect(read == IOCompletion(result: size))
+            #expect(buffer.bytes[0] == 0x11 && buffer.bytes[size / 2] == 0x11 && buffer.bytes[size - 1] == 0xEE)
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func writeErrorsReportWhatWasWritten(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let full = open("/dev/full", O_WRONLY | O_CLOEXEC)
+            try #require(full >= 0)
+            defer { close(full) }
+            let buffer = Buffer(count: 4096, fill: 1)
+            let completion = await complete { engine.write(full, from: UnsafeRawBufferPointer(buffer.bytes), at: nil, keepAlive: buffer, then: $0) }
+            #expect(completion == IOCompletion(result: 0, error: .noSpace))
+            // A pipe with no reader: EPIPE, and the process is still here (SIGPIPE is ignored for the test).
+            let previous = signal(SIGPIPE, SIG_IGN)
+            defer { signal(SIGPIPE, previous) }
+            let pipe = Pipe()
+            close(pipe.read)
+            defer { close(pipe.write) }
+            let broken = await complete { engine.write(pipe.write, from: UnsafeRawBufferPointer(buffer.bytes), at: nil, keepAlive: buffer, then: $0) }
+            #expect(broken.error == .brokenPipe)
+        }
+    }
+
+    // MARK: Shutdown
+
+    @Test(arguments: EngineKind.allCases)
+    func shutdownCancelsPendingAndRefusesNewWork(kind: EngineKind) async throws {
+        let engine = try IOEngine(kind: kind)
+        #expect(engine.ownDescriptorCount > 0)
+        let pipe = Pipe()
+        defer { pipe.close() }
+        let buffer = Buffer(count: 8)
+        let pending = Pending { engine.read(pipe.read, into: buffer.slice(8), at: nil, keepAlive: buffer, then: $0) }
+        let timer = Pending { engine.timeout(deadline: .now + .seconds(60), then: $0) }
+        _ = await complete { engine.nop(then: $0) }
+        engine.shutdown()
+        #expect(await pending.value.error == .canceled)
+        #expect(await timer.value.error == .canceled)
+        #expect(engine.ownDescriptorCount == 0)
+        // After shutdown: ESHUTDOWN, delivered before submit returns.
+        let after = Locked<IOCompletion?>(nil)
+        engine.nop { completion in after.withLock { $0 = completion } }
+        #expect(after.withLock { $0 } == IOCompletion(result: 0, error: .socketShutdown))
+        engine.shutdown()  // idempotent
+    }
+
+    // MARK: Selection
+
+    @Test func selectionHonoursTheEnvironmentAndExplainsItself() {
+        #expect(!IOEngine.selection.reason.isEmpty)
+        if let forced = getenv("DISPATCH_ENGINE").map({ String(cString: $0) }), let kind = EngineKind(rawValue: forced) {
+            #expect(IOEngine.shared.kind == kind)
+        } else {
+            // This machine has io_uring; the default picks it.
+            #expect(IOEngine.shared.kind == .uring, "fell back: \(IOEngine.selection.reason)")
+        }
+    }
+}
+
+/// A detached pthread, for tests that need several submitting threads at once.
+enum Thread {
+    static func detach(_ body: @escaping @Sendable () -> Void) {
+        final class Box {
+            let body: @Sendable () -> Void
+            init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+        }
+        var thread = pthread_t()
+        let context = Unmanaged.passRetained(Box(body)).toOpaque()
+        pthread_create(&thread, nil, { context in
+            Unmanaged<Box>.fromOpaque(context!).takeRetainedValue().body()
+            return nil
+        }, context)
+        pthread_detach(thread)
+    }
+}

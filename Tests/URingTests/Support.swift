@@ -1,0 +1,190 @@
+import SystemPackage
+import Testing
+import URing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs one engine operation and returns its completion.
+func complete(_ submit: (@escaping CompletionHandler) -> Void) async -> IOCompletion {
+    await withCheckedContinuation { continuation in
+        submit { continuation.resume(returning: $0) }
+    }
+}
+
+/// An engine of `kind` for the duration of `body`, shut down afterwards.
+func withEngine<T>(_ kind: EngineKind, _ body: (IOEngine) async throws -> T) async throws -> T {
+    let engine = try IOEngine(kind: kind)
+    defer { engine.shutdown() }
+    return try await body(engine)
+}
+
+/// A pipe's two ends.
+struct Pipe {
+    let read: CInt
+    let write: CInt
+
+    init(nonBlocking: Bool = false) {
+        var fds: [CInt] = [0, 0]
+        let rc = pipe(&fds)
+        precondition(rc == 0)
+        read = fds[0]
+        write = fds[1]
+        for fd in fds {
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            if nonBlocking { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        }
+    }
+
+    func close() {
+        Glibc.close(read)
+        Glibc.close(write)
+    }
+}
+
+/// A connected pair of Unix stream sockets.
+func socketPair() -> (CInt, CInt) {
+    var fds: [CInt] = [0, 0]
+    let rc = socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds)
+    precondition(rc == 0)
+    return (fds[0], fds[1])
+}
+
+/// A fresh empty directory under /tmp, removed with its contents by `cleanup`.
+struct TemporaryDirectory {
+    let path: String
+
+    init() {
+        var template = Array("/tmp/uring-tests-XXXXXX".utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
+        precondition(made != nil)
+        path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+    }
+
+    func file(_ name: String) -> String { path + "/" + name }
+
+    func cleanup() {
+        if let dir = opendir(path) {
+            while let entry = readdir(dir) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
+                if name != "." && name != ".." { unlink(file(name)) }
+            }
+            closedir(dir)
+        }
+        rmdir(path)
+    }
+}
+
+/// Opens (creating, truncating) a file for reading and writing.
+func openFile(_ path: String, flags: CInt = O_RDWR | O_CREAT | O_TRUNC) -> CInt {
+    let fd = open(path, flags | O_CLOEXEC, 0o644)
+    precondition(fd >= 0, "open \(path): \(errno)")
+    return fd
+}
+
+/// A descriptor number that is certainly not open now.
+func closedDescriptor() -> CInt {
+    let pipe = Pipe()
+    pipe.close()
+    return pipe.read
+}
+
+/// A byte buffer whose memory the test owns and frees.
+final class Buffer: @unchecked Sendable {
+    let pointer: UnsafeMutableRawBufferPointer
+
+    init(count: Int, fill: UInt8? = nil) {
+        pointer = .allocate(byteCount: max(count, 1), alignment: 4096)
+        if let fill { pointer.initializeMemory(as: UInt8.self, repeating: fill) }
+    }
+
+    init(_ bytes: [UInt8]) {
+        pointer = .allocate(byteCount: max(bytes.count, 1), alignment: 4096)
+        pointer.copyBytes(from: bytes)
+    }
+
+    var bytes: UnsafeMutableRawBufferPointer { pointer }
+
+    func slice(_ count: Int) -> UnsafeMutableRawBufferPointer { UnsafeMutableRawBufferPointer(rebasing: pointer[0..<count]) }
+
+    func array(_ count: Int) -> [UInt8] { Array(pointer[0..<count]) }
+
+    deinit { pointer.deallocate() }
+}
+
+/// The number of entries in /proc/self/fd.
+func openDescriptorCount() -> Int {
+    guard let dir = opendir("/proc/self/fd") else { return -1 }
+    var count = 0
+    while readdir(dir) != nil { count += 1 }
+    closedir(dir)
+    return count
+}
+
+/// Checks that a suite leaves as many descriptors open as it found (the suite runs serialized, and the
+/// whole test run with `--no-parallel`, so nothing else opens descriptors meanwhile).
+struct NoDescriptorLeaks: SuiteTrait, TestScoping {
+    var isRecursive: Bool { false }
+
+    func provideScope(
+        for test: Test,
+        testCase: Test.Case?,
+        performing function: @Sendable () async throws -> Void
+    ) async throws {
+        // The shared engine lives for the whole process; create it first so it is not counted as a leak.
+        _ = IOEngine.shared
+        let before = openDescriptorCount()
+        try await function()
+        let after = openDescriptorCount()
+        #expect(after == before, "descriptors open before the suite: \(before), after: \(after)")
+    }
+}
+
+extension Trait where Self == NoDescriptorLeaks {
+    static var noDescriptorLeaks: Self { NoDescriptorLeaks() }
+}
+
+/// An operation submitted now, whose completion is awaited later. (`async let` would submit whenever the
+/// child task happens to run, which races with what the test does next.)
+final class Pending: @unchecked Sendable {
+    private let lock = Lock()
+    private var result: IOCompletion?
+    private var waiter: CheckedContinuation<IOCompletion, Never>?
+    private(set) var id: OperationID?
+
+    init(_ submit: (@escaping CompletionHandler) -> OperationID) {
+        let id = submit { [self] completion in resolve(completion) }
+        lock.withLock { self.id = id }
+    }
+
+    private func resolve(_ completion: IOCompletion) {
+        lock.lock()
+        if let waiter {
+            self.waiter = nil
+            lock.unlock()
+            waiter.resume(returning: completion)
+        } else {
+            result = completion
+            lock.unlock()
+        }
+    }
+
+    var value: IOCompletion {
+        get async {
+            await withCheckedContinuation { continuation in
+                lock.lock()
+                if let result {
+                    lock.unlock()
+                    continuation.resume(returning: result)
+                } else {
+                    waiter = continuation
+                    lock.unlock()
+                }
+            }
+        }
+    }
+
+    /// Whether it has completed (without waiting).
+    var isDone: Bool { lock.withLock { result != nil } }
+}
