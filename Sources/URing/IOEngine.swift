@@ -307,8 +307,9 @@ package final class IOEngine: Sendable {
     }
 
     /// Cancels a pending operation, which then completes with `ECANCELED` (or with its own result, if it
-    /// finished first). This operation completes with 0 when it found the target, `ENOENT` when it did not,
-    /// `EALREADY` when the target was already running and could not be stopped.
+    /// finished first). This operation completes with 0 when it found the target waiting, `ENOENT` when it
+    /// did not find it, `EALREADY` when the target was inside a system call: it then completes with its
+    /// own result, or with `ECANCELED` if it would otherwise go on to wait.
     @discardableResult
     package func cancel(_ target: OperationID, then handler: @escaping CompletionHandler) -> OperationID {
         backend.submit(.cancel(target: target.rawValue), keepAlive: nil, handler: handler)

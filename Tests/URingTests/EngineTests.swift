@@ -252,7 +252,9 @@ struct EngineTests {
             let read = Pending { engine.read(pipe.read, into: into.slice(8), at: nil, keepAlive: into, then: $0) }
             _ = await complete { engine.nop(then: $0) }
             let cancel = await complete { engine.cancel(read.id!, then: $0) }
-            #expect(cancel.error == nil)
+            // EALREADY: the POSIX engine caught the read inside its non-blocking attempt; it stops it before
+            // it would wait, so the read is cancelled all the same.
+            #expect(cancel.error == nil || cancel.error == .alreadyInProcess)
             #expect(await read.value.error == .canceled)
             // Nothing was consumed: a later write is there for a later read.
             #expect(write(pipe.write, "x", 1) == 1)

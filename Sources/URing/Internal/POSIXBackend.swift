@@ -260,7 +260,8 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         var readyNow = false
         lock.withLock {
             running[request.id] = nil
-            if request.cancelRequested {
+            // A request caught inside a system call by cancel or shutdown stops here instead of waiting.
+            if request.cancelRequested || stopping {
                 failure = ECANCELED
                 return
             }
@@ -424,12 +425,15 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     // MARK: Timers
 
     private func addTimer(_ request: Request, deadline: Int64) {
-        lock.withLock {
+        let accepted = lock.withLock { () -> Bool in
             running[request.id] = nil
+            if stopping || request.cancelRequested { return false }
             timerRequests[request.id] = request
             timers.insert(deadline: deadline, id: request.id)
             armTimer()
+            return true
         }
+        if !accepted { request.handler(IOCompletion(result: 0, error: .canceled)) }
     }
 
     private func removeTimer(_ target: UInt64) -> Int {
