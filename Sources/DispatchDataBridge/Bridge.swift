@@ -1,0 +1,1 @@
+// Filled in by this issue: Foundation and Dispatch bridges.
