@@ -86,7 +86,9 @@ public struct DispatchDataBuffer: Sendable {
     ///
     /// - Parameter bytes: The bytes to copy.
     public init(_ bytes: some Sequence<UInt8>) {
-        let contiguous = bytes.withContiguousStorageIfAvailable { DispatchDataBuffer(bytes: UnsafeRawBufferPointer($0)) }
+        let contiguous = bytes.withContiguousStorageIfAvailable {
+            DispatchDataBuffer(bytes: UnsafeRawBufferPointer($0))
+        }
         if let buffer = contiguous {
             self = buffer
             return
