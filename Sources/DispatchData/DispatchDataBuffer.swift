@@ -294,21 +294,29 @@ public struct DispatchDataBuffer: Sendable {
         if lower == 0 && upper == total { return self }
         let first = segments.segmentIndex(containing: lower)
         let last = segments.segmentIndex(containing: upper - 1)
-        var result = ContiguousArray<Segment>()
-        result.reserveCapacity(last - first + 1)
-        segments.withUnsafeBufferPointer { segments in
-            for index in first...last {
-                let segment = segments[index]
-                let from = Swift.max(segment.start, lower)
-                let to = Swift.min(segment.end, upper)
-                result.append(
-                    Segment(
-                        owner: segment.owner,
-                        base: segment.base + (from - segment.start),
-                        count: to - from,
-                        end: to - lower
-                    )
-                )
+        let result = segments.withUnsafeBufferPointer { segments in
+            ContiguousArray<Segment>(unsafeUninitializedCapacity: last - first + 1) { target, initialized in
+                // Every touched segment moves by -lower; only the first and the last are trimmed.
+                var slot = target.baseAddress!
+                for index in first...last {
+                    let segment = segments[index]
+                    if index == first || index == last {
+                        let from = Swift.max(segment.start, lower)
+                        let to = Swift.min(segment.end, upper)
+                        slot.initialize(
+                            to: Segment(
+                                owner: segment.owner,
+                                base: segment.base + (from - segment.start),
+                                count: to - from,
+                                end: to - lower
+                            )
+                        )
+                    } else {
+                        slot.initialize(to: segment.moved(toEnd: segment.end &- lower))
+                    }
+                    slot += 1
+                }
+                initialized = last - first + 1
             }
         }
         return DispatchDataBuffer(segments: result)

@@ -2,7 +2,7 @@
 //
 // Each row runs its two sides alternately (ours, theirs, ours, theirs, ...) and prints the median of each and the
 // ratio ours/theirs (below 1 means ours is faster). Build and run in release mode:
-//     swift build -c release && .build/release/DataBenchmark [runs]
+//     swift build -c release && .build/release/DataBenchmark [runs] [only rows whose name contains this]
 //
 // libdispatch pieces are created by copying: `DispatchData(bytesNoCopy:deallocator: .free)` crashes on Linux
 // (SEMANTICS.md A2).
@@ -166,7 +166,8 @@ func runBenchmark() {
         "DataBenchmark: DispatchDataBuffer (ours) vs toolchain DispatchData (libdispatch), median of \(runs) alternating runs"
     )
     print("\(pad("operation", 34)) \(pad("ours", 12)) \(pad("libdispatch", 12)) ours/theirs")
-    for row in rows {
+    let only = CommandLine.arguments.count > 2 ? CommandLine.arguments[2] : ""
+    for row in rows where only.isEmpty || row.name.contains(only) {
         var mine: [Duration] = []
         var theirTimes: [Duration] = []
         // One warm-up each, then alternate.
