@@ -64,7 +64,7 @@ extension DispatchDataBuffer: RandomAccessCollection {
     /// An iterator over the bytes of a buffer, region by region.
     public struct Iterator: IteratorProtocol {
         @usableFromInline
-        let segments: ContiguousArray<Segment>
+        let segments: Segments
         @usableFromInline
         var nextSegment = 0
         @usableFromInline
@@ -73,7 +73,7 @@ extension DispatchDataBuffer: RandomAccessCollection {
         var end: UnsafeRawPointer? = nil
 
         @inlinable
-        init(segments: ContiguousArray<Segment>) {
+        init(segments: Segments) {
             self.segments = segments
         }
 

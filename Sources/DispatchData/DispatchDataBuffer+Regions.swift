@@ -1,15 +1,19 @@
 extension DispatchDataBuffer {
     /// One contiguous run of bytes of a buffer, with what keeps its memory alive.
     ///
-    /// Holding a `Region` keeps its memory valid (through ``owner``), so the I/O layer can hand ``bytes`` to the
-    /// kernel and keep the region (or just its owner) until the operation completes.
+    /// Holding a `Region` keeps its memory valid, so the I/O layer can hand ``bytes`` to the kernel and keep the
+    /// region until the operation completes. A region keeps the memory of every region of the buffer it came from
+    /// alive, because that is free to walk; to keep only this region's memory, hold ``owner`` or ``data`` instead.
     public struct Region: @unchecked Sendable {
-        // Sendable: the memory is immutable (A16) and `owner`, which keeps it alive, is Sendable.
+        // Sendable: the memory is immutable (A16) and `list`, which keeps it alive, is only read.
+        @usableFromInline
+        let list: SegmentList?
         @usableFromInline
         let segment: Segment
 
         @inlinable
-        init(segment: Segment) {
+        init(list: SegmentList?, segment: Segment) {
+            self.list = list
             self.segment = segment
         }
 
@@ -30,7 +34,7 @@ extension DispatchDataBuffer {
         ///
         /// Its deallocator (if the memory was handed over with one) cannot run while this object is alive.
         @inlinable
-        public var owner: AnyObject & Sendable { segment.owner }
+        public var owner: AnyObject & Sendable { segment.owner.takeUnretainedValue() }
 
         /// A buffer of exactly this region's bytes, without copying.
         ///
@@ -38,17 +42,19 @@ extension DispatchDataBuffer {
         /// region's bytes.
         @inlinable
         public var data: DispatchDataBuffer {
-            DispatchDataBuffer(segments: [segment.moved(toEnd: segment.count)])
+            DispatchDataBuffer(
+                segments: .single(segment.owner.takeUnretainedValue(), base: segment.base, count: segment.count)
+            )
         }
     }
 
     /// The regions of a buffer, in order: a random-access collection that allocates nothing to walk.
     public struct Regions: RandomAccessCollection, Sendable {
         @usableFromInline
-        let segments: ContiguousArray<Segment>
+        let segments: Segments
 
         @inlinable
-        init(segments: ContiguousArray<Segment>) {
+        init(segments: Segments) {
             self.segments = segments
         }
 
@@ -65,7 +71,7 @@ extension DispatchDataBuffer {
         /// - Parameter position: A position in `startIndex ..< endIndex`.
         @inlinable
         public subscript(position: Int) -> Region {
-            Region(segment: segments[position])
+            Region(list: segments.list, segment: segments[position])
         }
     }
 
@@ -91,7 +97,8 @@ extension DispatchDataBuffer {
         _ block: (_ buffer: UnsafeBufferPointer<UInt8>, _ byteIndex: Int, _ stop: inout Bool) throws(Failure) -> Void
     ) throws(Failure) -> Bool {
         var stop = false
-        for segment in segments {
+        for index in segments.indices {
+            let segment = segments[index]
             let bytes = UnsafeBufferPointer(
                 start: segment.base.assumingMemoryBound(to: UInt8.self),
                 count: segment.count

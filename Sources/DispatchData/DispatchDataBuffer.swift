@@ -39,27 +39,27 @@ import Musl
 public struct DispatchDataBuffer: Sendable {
     /// The regions, in order, with running logical offsets. Empty for the empty buffer; never holds an empty segment.
     @usableFromInline
-    var segments: ContiguousArray<Segment>
+    var segments: Segments
 
     @inlinable
-    init(segments: ContiguousArray<Segment>) {
+    init(segments: Segments) {
         self.segments = segments
     }
 
     /// The buffer with no bytes.
     ///
     /// Every empty buffer shares one representation, so ``isIdentical(to:)`` is `true` for any two of them (A5, A6).
-    public static let empty = DispatchDataBuffer(segments: [])
+    public static let empty = DispatchDataBuffer(segments: .empty)
 
     /// Creates an empty buffer.
     @inlinable
     public init() {
-        self.init(segments: [])
+        self.init(segments: .empty)
     }
 
     /// A buffer of one region covering `storage`'s bytes from `base`.
     init(storage: Storage, base: UnsafeRawPointer, count: Int) {
-        self.init(segments: [Segment(owner: storage, base: base, count: count, end: count)])
+        self.init(segments: .single(storage, base: base, count: count))
     }
 
     // MARK: Creating by copying
@@ -170,11 +170,19 @@ public struct DispatchDataBuffer: Sendable {
     ///   - deallocator: Runs once, when no region is in use any more, or at once if there are no bytes.
     package init(piecesNoCopy pieces: some Sequence<UnsafeRawBufferPointer>, deallocator: Deallocator) {
         let storage = Storage(base: nil, byteCount: 0, deallocator: deallocator)
-        var segments = ContiguousArray<Segment>()
+        let pieces = pieces.filter { $0.count > 0 }
+        guard !pieces.isEmpty else {
+            // `storage` goes away at the end of this scope and runs the deallocator at once (A5).
+            self.init()
+            return
+        }
+        var segments = Segments(capacity: pieces.count)
         var end = 0
-        for piece in pieces where piece.count > 0 {
+        for piece in pieces {
             end += piece.count
-            segments.append(Segment(owner: storage, base: piece.baseAddress!, count: piece.count, end: end))
+            segments.appendRetaining(
+                Segment(owner: .passUnretained(storage), base: piece.baseAddress!, count: piece.count, end: end)
+            )
         }
         self.init(segments: segments)
     }
@@ -183,11 +191,11 @@ public struct DispatchDataBuffer: Sendable {
 
     /// The number of bytes: the sum of the sizes of the regions (A8).
     @inlinable
-    public var count: Int { segments.last?.end ?? 0 }
+    public var count: Int { segments.byteCount }
 
     /// Whether the buffer has no bytes.
     @inlinable
-    public var isEmpty: Bool { segments.isEmpty }
+    public var isEmpty: Bool { segments.list == nil }
 
     /// Whether two buffers share one representation, which implies that they are equal.
     ///
@@ -198,11 +206,7 @@ public struct DispatchDataBuffer: Sendable {
     /// - Parameter other: The buffer to compare with.
     @inlinable
     public func isIdentical(to other: DispatchDataBuffer) -> Bool {
-        segments.withUnsafeBufferPointer { mine in
-            other.segments.withUnsafeBufferPointer { theirs in
-                mine.baseAddress == theirs.baseAddress && mine.count == theirs.count
-            }
-        }
+        segments.isIdentical(to: other.segments)
     }
 
     // MARK: Concatenation
@@ -216,17 +220,12 @@ public struct DispatchDataBuffer: Sendable {
     /// - Parameter other: The bytes to append.
     @inlinable
     public mutating func append(_ other: DispatchDataBuffer) {
-        guard !other.segments.isEmpty else { return }
-        guard !segments.isEmpty else {
+        guard !other.isEmpty else { return }
+        guard !isEmpty else {
             self = other
             return
         }
-        let shift = count
-        other.segments.withUnsafeBufferPointer { added in
-            for segment in added {
-                segments.append(segment.moved(toEnd: segment.end &+ shift))
-            }
-        }
+        segments.append(other.segments, shift: count)
     }
 
     /// Appends a copy of `bytes` (A1: the source may change right afterwards).
@@ -243,15 +242,11 @@ public struct DispatchDataBuffer: Sendable {
     ///   - rhs: The bytes that follow.
     @inlinable
     public static func + (lhs: DispatchDataBuffer, rhs: DispatchDataBuffer) -> DispatchDataBuffer {
-        guard !lhs.segments.isEmpty else { return rhs }
-        guard !rhs.segments.isEmpty else { return lhs }
-        var segments = ContiguousArray<Segment>()
-        segments.reserveCapacity(lhs.segments.count + rhs.segments.count)
-        segments.append(contentsOf: lhs.segments)
-        let shift = lhs.count
-        for segment in rhs.segments {
-            segments.append(segment.moved(toEnd: segment.end &+ shift))
-        }
+        guard !lhs.isEmpty else { return rhs }
+        guard !rhs.isEmpty else { return lhs }
+        var segments = Segments(capacity: lhs.segments.count + rhs.segments.count)
+        segments.append(lhs.segments, shift: 0)
+        segments.append(rhs.segments, shift: lhs.count)
         return DispatchDataBuffer(segments: segments)
     }
 
@@ -295,11 +290,12 @@ public struct DispatchDataBuffer: Sendable {
         let first = segments.segmentIndex(containing: lower)
         let last = segments.segmentIndex(containing: upper - 1)
         let result = segments.withUnsafeBufferPointer { segments in
-            ContiguousArray<Segment>(unsafeUninitializedCapacity: last - first + 1) { target, initialized in
+            Segments(filling: last - first + 1) { slot in
                 // Every touched segment moves by -lower; only the first and the last are trimmed.
-                var slot = target.baseAddress!
+                var slot = slot
                 for index in first...last {
                     let segment = segments[index]
+                    segment.owner._withUnsafeGuaranteedRef { $0.retainSegment() }
                     if index == first || index == last {
                         let from = Swift.max(segment.start, lower)
                         let to = Swift.min(segment.end, upper)
@@ -316,7 +312,6 @@ public struct DispatchDataBuffer: Sendable {
                     }
                     slot += 1
                 }
-                initialized = last - first + 1
             }
         }
         return DispatchDataBuffer(segments: result)
@@ -336,7 +331,8 @@ public struct DispatchDataBuffer: Sendable {
         guard location < count else { return (.empty, count) }
         if segments.count == 1 { return (self, 0) }
         let segment = segments[segments.segmentIndex(containing: location)]
-        return (DispatchDataBuffer(segments: [segment.moved(toEnd: segment.count)]), segment.start)
+        let region = Segments.single(segment.owner.takeUnretainedValue(), base: segment.base, count: segment.count)
+        return (DispatchDataBuffer(segments: region), segment.start)
     }
 
     // MARK: Contiguous access
@@ -547,15 +543,21 @@ extension DispatchDataBuffer {
     package mutating func takeUniquelyOwnedBytes() -> (
         bytes: UnsafeMutableRawBufferPointer, owner: AnyObject & Sendable
     )? {
-        guard segments.count == 1 else { return nil }
-        var taken = ContiguousArray<Segment>()
-        swap(&taken, &segments)
-        var segment = taken.removeLast()
-        taken = []
-        guard isKnownUniquelyReferenced(&segment.owner), segment.owner.isPrivateMallocMemory else {
-            segments = [segment]
+        guard segments.count == 1, isKnownUniquelyReferenced(&segments.list), let list = segments.list else {
             return nil
         }
-        return (UnsafeMutableRawBufferPointer(mutating: segment.bytes), segment.owner)
+        let segment = segments[0]
+        var storage = segment.owner.takeUnretainedValue()
+        // Only this list's segment points into the storage: take over the segments' Swift reference (dropping our
+        // extra one) and empty the list, so that `storage` is the only reference if nobody else holds one.
+        guard storage.stopCountingSoleSegment() else { return nil }
+        list.segmentCount = 0
+        segments = .empty
+        Unmanaged.passUnretained(storage).release()
+        guard isKnownUniquelyReferenced(&storage), storage.isPrivateMallocMemory else {
+            segments = .single(storage, base: segment.base, count: segment.count)
+            return nil
+        }
+        return (UnsafeMutableRawBufferPointer(mutating: segment.bytes), storage)
     }
 }
