@@ -50,7 +50,7 @@ public final class Once: @unchecked Sendable {
                 preconditionFailure("Once.perform called recursively from its own block: this would deadlock")
             }
             let context = ThreadContext.current
-            let waiter = Waiter(context.parker)
+            let waiter = context.waiter.reset()
             waiters.append(waiter)
             lock.unlock()
             context.willBlock()
@@ -65,7 +65,7 @@ public final class Once: @unchecked Sendable {
             state.store(Self.done, ordering: .releasing)
             let woken = waiters
             waiters.removeAll()
-            for waiter in woken { waiter.woken = true }
+            for waiter in woken { waiter.wake() }
             lock.unlock()
             for waiter in woken { waiter.parker.unpark() }
         }

@@ -5,10 +5,14 @@ import URing
 /// `DispatchGroup`.
 ///
 /// ``enter()`` and ``leave()`` are single atomic operations; the lock is taken only when the count reaches
-/// zero or someone registers a ``notify(queue:flags:execute:)`` or ``wait()``. A group can be reused after
-/// it has emptied (SEMANTICS C27).
+/// zero while someone has registered a ``notify(queue:flags:execute:)`` or is in ``wait()``. A group can be
+/// reused after it has emptied (SEMANTICS C27).
 public final class WorkGroup: @unchecked Sendable {
     private let count = Atomic<Int>(0)
+    /// Registered notifications plus waiters. Registration bumps it *before* reading `count`, and `leave`
+    /// reads it *after* decrementing `count`, both sequentially consistent: so either the registrant sees
+    /// the zero, or the leaver sees the registrant. That keeps the lock off the enter/leave path.
+    private let observers = Atomic<Int>(0)
     private let lock = Lock()
     // Guarded by `lock`.
     private var notifications: [(WorkQueue, Work)] = []
@@ -28,9 +32,9 @@ public final class WorkGroup: @unchecked Sendable {
     /// order, and every waiter returns. A `leave` without a matching `enter` is a programming error and
     /// stops the process (SEMANTICS C28).
     public func leave() {
-        let remaining = count.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue
+        let remaining = count.wrappingSubtract(1, ordering: .sequentiallyConsistent).newValue
         if remaining == 0 {
-            fire()
+            if observers.load(ordering: .sequentiallyConsistent) > 0 { fire() }
         } else if remaining < 0 {
             preconditionFailure("Unbalanced WorkGroup.leave(): leave() called more times than enter()")
         }
@@ -45,9 +49,10 @@ public final class WorkGroup: @unchecked Sendable {
         }
         let due = notifications
         let woken = waiters
+        observers.wrappingSubtract(due.count + woken.count, ordering: .relaxed)
         notifications.removeAll()
         waiters.removeAll()
-        for waiter in woken { waiter.woken = true }
+        for waiter in woken { waiter.wake() }
         lock.unlock()
         for waiter in woken { waiter.parker.unpark() }
         for (queue, work) in due { queue.submit(work) }
@@ -71,7 +76,9 @@ public final class WorkGroup: @unchecked Sendable {
 
     private func register(_ queue: WorkQueue, _ work: Work) {
         lock.lock()
-        if count.load(ordering: .acquiring) == 0 {
+        observers.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        if count.load(ordering: .sequentiallyConsistent) == 0 {
+            observers.wrappingSubtract(1, ordering: .relaxed)
             lock.unlock()
             queue.submit(work)
             return
@@ -102,9 +109,11 @@ public final class WorkGroup: @unchecked Sendable {
         if count.load(ordering: .acquiring) == 0 { return .success }
         if let deadline, deadline <= .now { return .timedOut }
         let context = ThreadContext.current
-        let waiter = Waiter(context.parker)
+        let waiter = context.waiter.reset()
         lock.lock()
-        if count.load(ordering: .acquiring) == 0 {
+        observers.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        if count.load(ordering: .sequentiallyConsistent) == 0 {
+            observers.wrappingSubtract(1, ordering: .relaxed)
             lock.unlock()
             return .success
         }
@@ -114,6 +123,7 @@ public final class WorkGroup: @unchecked Sendable {
         defer { context.didUnblock() }
         return blockUntilWoken(waiter, deadline: deadline, lock: lock) { [self] in
             waiters.removeAll { $0 === waiter }
+            observers.wrappingSubtract(1, ordering: .relaxed)
         }
     }
 }
@@ -135,8 +145,10 @@ func blockUntilWoken(
             waiter.parker.park(spin: spin)
             gotPermit = true
         }
+        if waiter.isWoken { return .success }
+        if gotPermit || deadline == nil { continue }
         lock.lock()
-        if waiter.woken {
+        if waiter.isWoken {
             lock.unlock()
             return .success
         }

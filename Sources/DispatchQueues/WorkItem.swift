@@ -65,7 +65,7 @@ public final class WorkItem: @unchecked Sendable {
         let woken = waiters
         notifications.removeAll()
         waiters.removeAll()
-        for waiter in woken { waiter.woken = true }
+        for waiter in woken { waiter.wake() }
         lock.unlock()
         for waiter in woken { waiter.parker.unpark() }
         for (queue, work) in due { queue.submit(work) }
@@ -117,7 +117,7 @@ public final class WorkItem: @unchecked Sendable {
 
     private func wait(deadline: ContinuousClock.Instant?) -> TimeoutResult {
         let context = ThreadContext.current
-        let waiter = Waiter(context.parker)
+        let waiter = context.waiter.reset()
         lock.lock()
         if completed {
             lock.unlock()

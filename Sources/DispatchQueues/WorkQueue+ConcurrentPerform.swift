@@ -134,10 +134,11 @@ final class ApplyContext: @unchecked Sendable {
 /// ``invokeBorrowed(_:)``.
 @inline(never)
 private func invokeRange(_ pointer: UnsafeRawPointer, _ start: Int, _ end: Int) {
-    let body = pointer.assumingMemoryBound(to: ((Int) -> Void).self)
+    // One copy of the closure per chunk, not per index: each copy is a retain and a release.
+    let body = pointer.assumingMemoryBound(to: ((Int) -> Void).self).pointee
     var index = start
     while index < end {
-        body.pointee(index)
+        body(index)
         index += 1
     }
 }

@@ -1,3 +1,4 @@
+import Synchronization
 import URing
 
 /// A counting semaphore: the counterpart of `DispatchSemaphore`.
@@ -11,12 +12,15 @@ import URing
 /// few microseconds before it parks, which keeps a two-thread ping-pong off the kernel's wake-up path.
 public final class WorkSemaphore: @unchecked Sendable {
     /// Polls of a waiter before it parks.
-    static let waitSpin = 4_000
+    static let waitSpin = envInt("DQ_WAIT_SPIN", 4_000)
 
     private let lock = Lock()
     private let initialValue: Int
-    // Guarded by `lock`. Negative: minus the number of waiters.
-    private var value: Int
+    /// Negative: minus the number of waiters. Changed by compare-and-swap on the fast paths (a `wait` that
+    /// does not block, a `signal` that wakes nobody) and under `lock` otherwise, so that a waiter's
+    /// decrement and its registration are one step for any `signal` that finds the value negative.
+    private let value: Atomic<Int>
+    // Guarded by `lock`.
     private var waiters: [Waiter] = []
     private var firstWaiter = 0
 
@@ -28,12 +32,12 @@ public final class WorkSemaphore: @unchecked Sendable {
     public init(value: Int) {
         precondition(value >= 0, "WorkSemaphore(value:) with a negative value (\(value))")
         initialValue = value
-        self.value = value
+        self.value = Atomic(value)
     }
 
     deinit {
         lock.lock()
-        let current = value
+        let current = value.load(ordering: .acquiring)
         lock.unlock()
         precondition(
             current >= initialValue,
@@ -46,8 +50,18 @@ public final class WorkSemaphore: @unchecked Sendable {
     /// - Returns: Non-zero if a waiter was woken, zero otherwise (SEMANTICS C29).
     @discardableResult
     public func signal() -> Int {
+        var current = value.load(ordering: .relaxed)
+        while current >= 0 {
+            let (exchanged, original) = value.compareExchange(
+                expected: current,
+                desired: current + 1,
+                ordering: .releasing
+            )
+            if exchanged { return 0 }
+            current = original
+        }
         lock.lock()
-        value += 1
+        value.wrappingAdd(1, ordering: .acquiringAndReleasing)
         guard firstWaiter < waiters.count else {
             lock.unlock()
             return 0
@@ -58,7 +72,7 @@ public final class WorkSemaphore: @unchecked Sendable {
             waiters.removeAll(keepingCapacity: true)
             firstWaiter = 0
         }
-        waiter.woken = true
+        waiter.wake()
         lock.unlock()
         waiter.parker.unpark()
         return 1
@@ -82,19 +96,25 @@ public final class WorkSemaphore: @unchecked Sendable {
     }
 
     private func wait(deadline: ContinuousClock.Instant?) -> TimeoutResult {
+        var current = value.load(ordering: .relaxed)
+        while current > 0 {
+            let (exchanged, original) = value.compareExchange(
+                expected: current,
+                desired: current - 1,
+                ordering: .acquiring
+            )
+            if exchanged { return .success }
+            current = original
+        }
+        if let deadline, deadline <= .now { return .timedOut }
+        let context = ThreadContext.current
+        let waiter = context.waiter.reset()
         lock.lock()
-        if value > 0 {
-            value -= 1
+        if value.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue >= 0 {
+            // A signal came in since the fast path.
             lock.unlock()
             return .success
         }
-        if let deadline, deadline <= .now {
-            lock.unlock()
-            return .timedOut
-        }
-        let context = ThreadContext.current
-        let waiter = Waiter(context.parker)
-        value -= 1
         waiters.append(waiter)
         lock.unlock()
         context.willBlock()
@@ -103,7 +123,7 @@ public final class WorkSemaphore: @unchecked Sendable {
             if let index = waiters[firstWaiter...].firstIndex(where: { $0 === waiter }) {
                 waiters.remove(at: index)
             }
-            value += 1
+            value.wrappingAdd(1, ordering: .relaxed)
         }
     }
 }

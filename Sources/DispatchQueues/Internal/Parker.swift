@@ -11,19 +11,35 @@ import Synchronization
 /// drainer) parks its own thread on its own parker, so wake-ups are targeted: waking one waiter never
 /// wakes the rest. The state word makes `unpark` on a thread that is not asleep cost one atomic exchange,
 /// and lets `park` spin briefly before it goes to the kernel, which is what keeps a semaphore ping-pong
-/// or a short `sync` handoff in the microsecond range. The mutex and condition variable are raw pthread
-/// objects (a condition variable needs its own mutex, which the package `Lock` does not expose); they are
-/// used only on the slow path.
+/// or a short `sync` handoff in the microsecond range. The sleeping itself uses raw POSIX objects (a
+/// semaphore, and for timed waits a condition variable with its own mutex, which the package `Lock` does
+/// not expose); they are used only on the slow path.
+func envInt(_ name: String, _ fallback: Int) -> Int {
+    guard let raw = getenv(name), let value = Int(String(cString: raw)) else { return fallback }
+    return value
+}
+
 final class Parker: @unchecked Sendable {
     private static let empty = 0
     private static let notified = 1
-    private static let parked = 2
+    /// Asleep in `sem_wait`: woken by `sem_post`.
+    private static let parkedOnSemaphore = 2
+    /// Asleep in `pthread_cond_timedwait`: woken by the condition variable.
+    private static let parkedOnCondition = 3
 
     private let state = Atomic<Int>(0)
+    /// Untimed parks sleep on a POSIX semaphore: glibc's `sem_post`/`sem_wait` are a bare futex, about half
+    /// the system calls of a mutex plus condition variable, which shows in a semaphore ping-pong.
+    private let semaphore: UnsafeMutablePointer<sem_t>
+    /// Timed parks use a condition variable on CLOCK_MONOTONIC (`sem_timedwait` only takes CLOCK_REALTIME,
+    /// which can jump).
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private let cond: UnsafeMutablePointer<pthread_cond_t>
 
     init() {
+        semaphore = .allocate(capacity: 1)
+        semaphore.initialize(to: sem_t())
+        sem_init(semaphore, 0, 0)
         mutex = .allocate(capacity: 1)
         mutex.initialize(to: pthread_mutex_t())
         var rc = pthread_mutex_init(mutex, nil)
@@ -32,8 +48,6 @@ final class Parker: @unchecked Sendable {
         cond.initialize(to: pthread_cond_t())
         var attr = pthread_condattr_t()
         pthread_condattr_init(&attr)
-        // Timed waits are computed as "remaining time from now", so any steady clock works; MONOTONIC is
-        // the one pthread condition variables accept.
         pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)
         rc = pthread_cond_init(cond, &attr)
         pthread_condattr_destroy(&attr)
@@ -41,19 +55,26 @@ final class Parker: @unchecked Sendable {
     }
 
     deinit {
+        sem_destroy(semaphore)
         pthread_cond_destroy(cond)
         pthread_mutex_destroy(mutex)
+        semaphore.deallocate()
         cond.deallocate()
         mutex.deallocate()
     }
 
     /// Grants the permit, waking the owner thread if it is parked.
     func unpark() {
-        if state.exchange(Self.notified, ordering: .acquiringAndReleasing) == Self.parked {
+        switch state.exchange(Self.notified, ordering: .acquiringAndReleasing) {
+        case Self.parkedOnSemaphore:
+            sem_post(semaphore)
+        case Self.parkedOnCondition:
             // Taking the mutex orders this signal after the parker's transition into the wait.
             pthread_mutex_lock(mutex)
             pthread_mutex_unlock(mutex)
             pthread_cond_signal(cond)
+        default:
+            break
         }
     }
 
@@ -61,24 +82,20 @@ final class Parker: @unchecked Sendable {
     /// condition in a loop.
     func park(spin: Int = 0) {
         if consumePermit(spinning: spin) { return }
-        pthread_mutex_lock(mutex)
-        if !state.compareExchange(expected: Self.empty, desired: Self.parked, ordering: .acquiringAndReleasing)
-            .exchanged
-        {
-            // Notified between the spin and the lock.
+        guard
+            state.compareExchange(
+                expected: Self.empty,
+                desired: Self.parkedOnSemaphore,
+                ordering: .acquiringAndReleasing
+            ).exchanged
+        else {
+            // Notified since the spin.
             state.store(Self.empty, ordering: .releasing)
-            pthread_mutex_unlock(mutex)
             return
         }
-        while true {
-            pthread_cond_wait(cond, mutex)
-            if state.compareExchange(expected: Self.notified, desired: Self.empty, ordering: .acquiringAndReleasing)
-                .exchanged
-            {
-                break
-            }
-        }
-        pthread_mutex_unlock(mutex)
+        // Exactly one sem_post follows the unpark that moves us out of parkedOnSemaphore.
+        while sem_wait(semaphore) != 0 {}
+        state.store(Self.empty, ordering: .releasing)
     }
 
     /// Like ``park(spin:)`` but gives up at `deadline`. Returns `true` if the permit was consumed, `false`
@@ -103,9 +120,13 @@ final class Parker: @unchecked Sendable {
         ts.tv_sec = Int(secs)
         ts.tv_nsec = Int(nanos)
         pthread_mutex_lock(mutex)
-        if !state.compareExchange(expected: Self.empty, desired: Self.parked, ordering: .acquiringAndReleasing)
-            .exchanged
-        {
+        guard
+            state.compareExchange(
+                expected: Self.empty,
+                desired: Self.parkedOnCondition,
+                ordering: .acquiringAndReleasing
+            ).exchanged
+        else {
             state.store(Self.empty, ordering: .releasing)
             pthread_mutex_unlock(mutex)
             return true
@@ -124,8 +145,7 @@ final class Parker: @unchecked Sendable {
             }
         }
         if timedOut {
-            // Still marked parked (an unpark racing with the timeout would have set notified and been
-            // consumed above); go back to empty.
+            // Back to empty, unless an unpark slipped in after the last check: then take it.
             if state.exchange(Self.empty, ordering: .acquiringAndReleasing) == Self.notified {
                 timedOut = false
             }

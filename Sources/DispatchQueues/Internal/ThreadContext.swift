@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import Synchronization
 
 /// What a thread is running right now: one frame per queue it holds, innermost first.
 ///
@@ -48,7 +49,8 @@ private let contextKey: pthread_key_t = {
 
 /// Per-thread state of the scheduler. Only its own thread touches it, except the parker.
 final class ThreadContext: @unchecked Sendable {
-    let parker = Parker()
+    let parker: Parker
+    let waiter: Waiter
     var frame: UnsafeMutablePointer<Frame>?
     /// A pool worker: blocking on it is compensated by waking or creating another worker.
     var isWorker = false
@@ -56,6 +58,11 @@ final class ThreadContext: @unchecked Sendable {
     var isMainDrainer = false
     /// Pool bookkeeping, guarded by the pool's lock.
     var inIdleList = false
+
+    init() {
+        parker = Parker()
+        waiter = Waiter(parker)
+    }
 
     static var current: ThreadContext {
         if let raw = pthread_getspecific(contextKey) {
@@ -122,12 +129,28 @@ final class ThreadContext: @unchecked Sendable {
 }
 
 /// A blocked waiter: the thread's parker and the flag that the waking side sets.
+///
+/// Each thread has one, reused for every wait: a thread waits on one thing at a time, and a waiter is in
+/// no list once its wait has returned (the waker removed it, or the timed-out waiter removed itself).
 final class Waiter: @unchecked Sendable {
     let parker: Parker
-    /// Guarded by the lock of the object waited on.
-    var woken = false
+    /// Set by the waker under the lock of the object waited on, after removing the waiter from its list;
+    /// atomic so that the woken thread can check it without that lock.
+    let woken = Atomic<Bool>(false)
 
     init(_ parker: Parker) {
         self.parker = parker
     }
+
+    /// Readies the waiter for a new wait.
+    func reset() -> Waiter {
+        woken.store(false, ordering: .relaxed)
+        return self
+    }
+
+    func wake() {
+        woken.store(true, ordering: .releasing)
+    }
+
+    var isWoken: Bool { woken.load(ordering: .acquiring) }
 }

@@ -1,5 +1,11 @@
+import Synchronization
 import SystemPackage
 import URing
+
+private func nanoseconds(_ duration: Duration) -> Int64 {
+    let (seconds, attoseconds) = duration.components
+    return seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
+}
 
 /// Arms one engine timeout. The only place the module talks to the engine about time: the handler runs on
 /// the engine's ring thread with `true` when the deadline passed, `false` when the timeout was removed.
@@ -40,11 +46,18 @@ final class TimerScheduler: @unchecked Sendable {
         }
     }
 
+    /// Reference point for ``nextFireHint``.
+    private let epoch = ContinuousClock.now
+    /// Nanoseconds from `epoch` to the armed fire time (`Int64.max`: none), readable without the lock.
+    private let nextFireHint = Atomic<Int64>(Int64.max)
+
     private let lock = Lock()
     // Guarded by `lock`.
     private var heap: [Entry] = []
     private var sequence: UInt64 = 0
-    private var armedAt: ContinuousClock.Instant?
+    private var armedAt: ContinuousClock.Instant? {
+        didSet { nextFireHint.store(armedAt.map { nanoseconds(epoch.duration(to: $0)) } ?? Int64.max, ordering: .relaxed) }
+    }
     private var armedID: OperationID?
     private var generation: UInt64 = 0
 
@@ -98,8 +111,17 @@ final class TimerScheduler: @unchecked Sendable {
             nextGeneration = generation
         }
         lock.unlock()
-        if let next { arm(next, generation: nextGeneration) }
         submit(&due)
+        if let next { arm(next, generation: nextGeneration) }
+    }
+
+    /// Whether the armed timeout fires within `window` of now, before or after: an idle worker that keeps
+    /// polling through that window picks the timer's block up without a kernel wake-up.
+    func fireIsImminent(window: Int64) -> Bool {
+        let next = nextFireHint.load(ordering: .relaxed)
+        guard next != Int64.max else { return false }
+        let now = nanoseconds(epoch.duration(to: .now))
+        return next - now < window && now - next < window
     }
 
     /// Submits due entries, one lock round trip per run of entries sharing a queue.
