@@ -106,7 +106,7 @@ final class ApplyContext: @unchecked Sendable {
                 if apply.completed.load(ordering: .acquiring) < iterations {
                     context.willBlock()
                     while apply.completed.load(ordering: .acquiring) < iterations {
-                        context.parker.park(spin: 1_000)
+                        context.parker.park()
                     }
                     context.didUnblock()
                 }

@@ -1,9 +1,6 @@
 import URing
 
 extension WorkQueue {
-    /// Polls before a blocked `sync` caller parks: most handoffs finish within microseconds.
-    static let syncSpin = 1_000
-
     /// Runs `work` on this queue and returns its result once it has run, exactly once.
     ///
     /// When the queue and every queue of its target chain are idle, `work` runs on the calling thread
@@ -75,7 +72,7 @@ extension WorkQueue {
                 )
                 submit(.sync(request))
                 context.willBlock()
-                request.waitUntilDone(spin: WorkQueue.syncSpin)
+                request.waitUntilDone()
                 context.didUnblock()
             }
         }

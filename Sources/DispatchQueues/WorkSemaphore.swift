@@ -8,12 +8,11 @@ import URing
 /// imports Foundation.
 ///
 /// ``wait()`` decrements the value and blocks while it is negative; ``signal()`` increments it and wakes
-/// the longest waiter, so waiters are served in FIFO order (SEMANTICS C29). A blocked waiter spins for a
-/// few microseconds before it parks, which keeps a two-thread ping-pong off the kernel's wake-up path.
+/// the longest waiter, so waiters are served in FIFO order (SEMANTICS C29). A `wait` that does not block
+/// and a `signal` that wakes nobody are a single compare-and-swap; a blocked waiter sleeps in the kernel
+/// at once (spinning first was measured slower for a two-thread ping-pong on a shared two-core machine:
+/// the spinner takes the CPU the signalling thread needs).
 public final class WorkSemaphore: @unchecked Sendable {
-    /// Polls of a waiter before it parks.
-    static let waitSpin = envInt("DQ_WAIT_SPIN", 4_000)
-
     private let lock = Lock()
     private let initialValue: Int
     /// Negative: minus the number of waiters. Changed by compare-and-swap on the fast paths (a `wait` that
@@ -119,7 +118,7 @@ public final class WorkSemaphore: @unchecked Sendable {
         lock.unlock()
         context.willBlock()
         defer { context.didUnblock() }
-        return blockUntilWoken(waiter, deadline: deadline, lock: lock, spin: Self.waitSpin) { [self] in
+        return blockUntilWoken(waiter, deadline: deadline, lock: lock) { [self] in
             if let index = waiters[firstWaiter...].firstIndex(where: { $0 === waiter }) {
                 waiters.remove(at: index)
             }

@@ -9,16 +9,10 @@ import Synchronization
 ///
 /// Every blocking operation of the module (sync waits, semaphores, groups, once, idle workers, the main
 /// drainer) parks its own thread on its own parker, so wake-ups are targeted: waking one waiter never
-/// wakes the rest. The state word makes `unpark` on a thread that is not asleep cost one atomic exchange,
-/// and lets `park` spin briefly before it goes to the kernel, which is what keeps a semaphore ping-pong
-/// or a short `sync` handoff in the microsecond range. The sleeping itself uses raw POSIX objects (a
+/// wakes the rest. The state word makes `unpark` on a thread that is not asleep cost one atomic exchange
+/// and no system call, and lets `park` poll briefly before it goes to the kernel where a caller asks. The sleeping itself uses raw POSIX objects (a
 /// semaphore, and for timed waits a condition variable with its own mutex, which the package `Lock` does
 /// not expose); they are used only on the slow path.
-func envInt(_ name: String, _ fallback: Int) -> Int {
-    guard let raw = getenv(name), let value = Int(String(cString: raw)) else { return fallback }
-    return value
-}
-
 final class Parker: @unchecked Sendable {
     private static let empty = 0
     private static let notified = 1

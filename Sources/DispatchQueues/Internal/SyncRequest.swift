@@ -32,8 +32,8 @@ final class SyncRequest: @unchecked Sendable {
     }
 
     /// Blocks the caller until ``finish()``.
-    func waitUntilDone(spin: Int) {
-        while !done.load(ordering: .acquiring) { parker.park(spin: spin) }
+    func waitUntilDone() {
+        while !done.load(ordering: .acquiring) { parker.park() }
     }
 }
 

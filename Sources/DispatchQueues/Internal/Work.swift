@@ -19,6 +19,8 @@ enum Work: Sendable {
     case apply(ApplyContext)
     /// Re-targeting of an active queue, run as a barrier between blocks.
     case retarget(WorkQueue)
+    /// An `asyncAfter` block released by the timer scheduler, possibly a little before its deadline.
+    case timer(TimerRelease)
 
     var isBarrier: Bool {
         switch self {
@@ -26,6 +28,7 @@ enum Work: Sendable {
         case .group(_, _, let barrier): return barrier
         case .item(let item): return item.flags.contains(.barrier)
         case .sync(let request): return request.barrier
+        case .timer(let release): return release.work.isBarrier
         case .block, .drain, .job, .apply: return false
         }
     }

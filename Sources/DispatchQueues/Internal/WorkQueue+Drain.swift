@@ -171,6 +171,12 @@ extension WorkQueue {
         }
     }
 
+    /// ``execute(_:frame:context:)`` for the work inside a timer release (out of line: no recursive inlining).
+    @inline(never)
+    static func executeReleased(_ work: Work, frame: UnsafeMutablePointer<Frame>, context: ThreadContext) {
+        execute(work, frame: frame, context: context)
+    }
+
     /// Runs one unit of work in `frame`, the innermost frame of the queue it was taken from.
     @inline(__always)
     static func execute(_ work: consuming Work, frame: UnsafeMutablePointer<Frame>, context: ThreadContext) {
@@ -195,6 +201,9 @@ extension WorkQueue {
             job.run()
         case .apply(let apply):
             apply.help(context: context)
+        case .timer(let release):
+            release.waitUntilDue()
+            executeReleased(release.work, frame: frame, context: context)
         case .retarget:
             break
         }

@@ -56,9 +56,7 @@ final class WorkerPool: @unchecked Sendable {
     /// How long an idle worker polls for work before parking, in polls. A wake-up through the kernel costs
     /// tens of microseconds on a loaded machine; a worker that polls for a few microseconds catches the
     /// next item of a steady stream without one.
-    private static let idleSpin = envInt("DQ_IDLE_SPIN", 2_000)
-    /// How close (in nanoseconds) the next timer must be for one idle worker to keep polling for it.
-    private static let timerWindow = Int64(envInt("DQ_TIMER_WINDOW", 100_000))
+    private static let idleSpin = 2_000
 
     private init() {
         let online = sysconf(Int32(_SC_NPROCESSORS_ONLN))
@@ -201,18 +199,9 @@ final class WorkerPool: @unchecked Sendable {
             // Nothing to do: poll a little, then park.
             if Self.idleSpin > 0 && running < cores {
                 spinning += 1
-                // One worker, no more, stays awake across an imminent timer: it turns the timer's
-                // wake-up into a poll.
-                let watchTimers = spinning == 1
                 lock.unlock()
                 var polls = 0
-                while pendingHint.load(ordering: .relaxed) == 0 {
-                    if polls < Self.idleSpin {
-                        polls += 1
-                    } else if !watchTimers || !TimerScheduler.shared.fireIsImminent(window: Self.timerWindow) {
-                        break
-                    }
-                }
+                while polls < Self.idleSpin && pendingHint.load(ordering: .relaxed) == 0 { polls += 1 }
                 lock.lock()
                 spinning -= 1
                 if pending > 0 && running < cores { continue }
