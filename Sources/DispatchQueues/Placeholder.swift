@@ -1,1 +1,0 @@
-// DispatchQueues: implemented by its own issue.
