@@ -1,0 +1,112 @@
+import SystemPackage
+import URing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One descriptor watched through the engine with one-shot polls: the building block of every kernel
+/// source (readiness, signalfd, pidfd, inotify, PSI).
+///
+/// At most one poll is in flight. `onReady` runs on the engine thread with the ready mask and must be short
+/// (it records the event, and may read a non-blocking descriptor); it returns whether to poll again at
+/// once. ``stop(then:)`` removes the poll and calls back once the engine no longer holds it; a descriptor the
+/// watch owns is closed at that point.
+final class PollWatch: @unchecked Sendable {
+    let engine: IOEngine
+    let fd: CInt
+    let events: PollEvents
+    let ownsDescriptor: Bool
+    private let onReady: @Sendable (UInt32) -> Bool
+
+    private let lock = Lock()
+    // Guarded by `lock`.
+    private var armed = false
+    private var armSequence: UInt64 = 0
+    private var opID: OperationID?
+    private var stopped = false
+    private var finished = false
+    private var onStopped: (@Sendable () -> Void)?
+
+    init(engine: IOEngine, fd: CInt, events: PollEvents, ownsDescriptor: Bool, onReady: @escaping @Sendable (UInt32) -> Bool) {
+        self.engine = engine
+        self.fd = fd
+        self.events = events
+        self.ownsDescriptor = ownsDescriptor
+        self.onReady = onReady
+    }
+
+    /// Submits a poll unless one is in flight or the watch is stopped.
+    func arm() {
+        lock.lock()
+        guard !armed && !stopped else {
+            lock.unlock()
+            return
+        }
+        armed = true
+        armSequence &+= 1
+        let sequence = armSequence
+        lock.unlock()
+        let id = engine.poll(fd, events: events) { [self] completion in completed(completion, sequence: sequence) }
+        lock.lock()
+        var remove = false
+        if armed && armSequence == sequence {
+            opID = id
+            remove = stopped
+        }
+        lock.unlock()
+        if remove { engine.removePoll(id) { _ in } }
+    }
+
+    private func completed(_ completion: IOCompletion, sequence: UInt64) {
+        lock.lock()
+        armed = false
+        opID = nil
+        if stopped {
+            let done = takeFinishLocked()
+            lock.unlock()
+            finish(done)
+            return
+        }
+        lock.unlock()
+        if completion.error != nil {
+            // EBADF and the like: the descriptor cannot be watched; the watch goes quiet.
+            return
+        }
+        if onReady(UInt32(truncatingIfNeeded: completion.result)) { arm() }
+    }
+
+    /// Stops watching; `done` runs once nothing is in flight.
+    func stop(then done: @escaping @Sendable () -> Void) {
+        lock.lock()
+        guard !stopped else {
+            lock.unlock()
+            done()
+            return
+        }
+        stopped = true
+        onStopped = done
+        if armed {
+            let id = opID
+            lock.unlock()
+            if let id { engine.removePoll(id) { _ in } }
+            return
+        }
+        let callback = takeFinishLocked()
+        lock.unlock()
+        finish(callback)
+    }
+
+    private func takeFinishLocked() -> (@Sendable () -> Void)? {
+        guard !finished else { return nil }
+        finished = true
+        let callback = onStopped
+        onStopped = nil
+        return callback
+    }
+
+    private func finish(_ callback: (@Sendable () -> Void)?) {
+        if ownsDescriptor { _ = Glibc.close(fd) }
+        callback?()
+    }
+}
