@@ -22,6 +22,10 @@ let package = Package(
             name: "QueuesBenchmark",
             dependencies: [.product(name: "DispatchQueues", package: "swift-dispatch-uring")]
         ),
+        .executableTarget(
+            name: "SourcesBenchmark",
+            dependencies: [.product(name: "DispatchQueues", package: "swift-dispatch-uring")]
+        ),
     ]
 )
 package.swiftLanguageModes = [.v6]

@@ -72,7 +72,13 @@ extension EventSource {
         )
         let fd = fileDescriptor.rawValue
         precondition(fd >= 0, "EventSource.makeFileSystemObjectSource: negative descriptor \(fd)")
-        let core = SourceCore(kind: .fileSystem, handle: UInt(fd), mask: eventMask.rawValue, target: queue, engine: engine)
+        let core = SourceCore(
+            kind: .fileSystem,
+            handle: UInt(fd),
+            mask: eventMask.rawValue,
+            target: queue,
+            engine: engine
+        )
         core.monitor = FileSystemMonitor(core: core, fd: fd, mask: eventMask.rawValue)
         return EventSource(core: core)
     }

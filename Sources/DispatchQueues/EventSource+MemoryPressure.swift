@@ -91,7 +91,8 @@ final class MemoryPressureMonitor: SourceMonitor, @unchecked Sendable {
 
     init(core: SourceCore, triggers: [(fd: CInt, level: UInt)]) {
         watches = triggers.map { trigger in
-            PollWatch(engine: core.engine, fd: trigger.fd, events: .priority, ownsDescriptor: true) { [weak core] revents in
+            PollWatch(engine: core.engine, fd: trigger.fd, events: .priority, ownsDescriptor: true) {
+                [weak core] revents in
                 // POLLERR: the trigger is gone (the cgroup went away); stop watching it.
                 guard revents & UInt32(POLLERR) == 0 else { return false }
                 if revents & UInt32(POLLPRI) != 0 { core?.record(or: trigger.level) }
@@ -111,7 +112,9 @@ final class MemoryPressureMonitor: SourceMonitor, @unchecked Sendable {
                 if remaining.withLock({ count in
                     count -= 1
                     return count == 0
-                }) { done() }
+                }) {
+                    done()
+                }
             }
         }
     }

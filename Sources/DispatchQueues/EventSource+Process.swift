@@ -48,7 +48,11 @@ extension EventSource {
     ///     precondition failure (D3).
     ///   - eventMask: Must be ``ProcessEvent/exit``.
     ///   - queue: The queue the handlers run on; `nil` means the default global queue.
-    public static func makeProcessSource(identifier: Int32, eventMask: ProcessEvent, queue: WorkQueue? = nil) -> EventSource {
+    public static func makeProcessSource(
+        identifier: Int32,
+        eventMask: ProcessEvent,
+        queue: WorkQueue? = nil
+    ) -> EventSource {
         makeProcessSource(identifier: identifier, eventMask: eventMask, queue: queue, engine: .shared)
     }
 
@@ -59,8 +63,17 @@ extension EventSource {
         engine: IOEngine
     ) -> EventSource {
         precondition(identifier > 0, "EventSource.makeProcessSource: \(identifier) is not a process identifier")
-        precondition(eventMask == .exit, "EventSource.makeProcessSource: the event mask must be .exit (the only process event on Linux)")
-        let core = SourceCore(kind: .process, handle: UInt(identifier), mask: eventMask.rawValue, target: queue, engine: engine)
+        precondition(
+            eventMask == .exit,
+            "EventSource.makeProcessSource: the event mask must be .exit (the only process event on Linux)"
+        )
+        let core = SourceCore(
+            kind: .process,
+            handle: UInt(identifier),
+            mask: eventMask.rawValue,
+            target: queue,
+            engine: engine
+        )
         core.monitor = ProcessMonitor(core: core, pid: identifier)
         return EventSource(core: core)
     }

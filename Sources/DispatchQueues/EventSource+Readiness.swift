@@ -40,11 +40,19 @@ extension EventSource {
         makeWriteSource(fileDescriptor: fileDescriptor, queue: queue, engine: .shared)
     }
 
-    package static func makeReadSource(fileDescriptor: FileDescriptor, queue: WorkQueue?, engine: IOEngine) -> EventSource {
+    package static func makeReadSource(
+        fileDescriptor: FileDescriptor,
+        queue: WorkQueue?,
+        engine: IOEngine
+    ) -> EventSource {
         makeReadinessSource(.read, fileDescriptor, queue, engine)
     }
 
-    package static func makeWriteSource(fileDescriptor: FileDescriptor, queue: WorkQueue?, engine: IOEngine) -> EventSource {
+    package static func makeWriteSource(
+        fileDescriptor: FileDescriptor,
+        queue: WorkQueue?,
+        engine: IOEngine
+    ) -> EventSource {
         makeReadinessSource(.write, fileDescriptor, queue, engine)
     }
 
@@ -58,7 +66,14 @@ extension EventSource {
         precondition(fd >= 0, "EventSource.make\(kind == .read ? "Read" : "Write")Source: negative descriptor \(fd)")
         var status = stat()
         let regular = fstat(fd, &status) == 0 && (status.st_mode & S_IFMT) == S_IFREG
-        let core = SourceCore(kind: kind, handle: UInt(fd), mask: 0, target: queue, engine: engine, isRegularFile: regular)
+        let core = SourceCore(
+            kind: kind,
+            handle: UInt(fd),
+            mask: 0,
+            target: queue,
+            engine: engine,
+            isRegularFile: regular
+        )
         let events: PollEvents = kind == .read ? [.readable, .readHangup] : .writable
         core.monitor = ReadinessMonitor(core: core, fd: fd, events: events)
         return EventSource(core: core)

@@ -170,7 +170,11 @@ final class SignalEntry: @unchecked Sendable {
 /// interrupted thread's saved mask, which the kernel restores when the handler returns, and sends the
 /// signal again to the whole process, where it stays pending for the signalfd. Async-signal-safe: it calls
 /// only `sigaddset`, `getpid` and `kill`.
-private func forwardSignal(_ signal: CInt, _ info: UnsafeMutablePointer<siginfo_t>?, _ context: UnsafeMutableRawPointer?) {
+private func forwardSignal(
+    _ signal: CInt,
+    _ info: UnsafeMutablePointer<siginfo_t>?,
+    _ context: UnsafeMutableRawPointer?
+) {
     let savedErrno = errno
     if let context {
         let mask = (context + savedMaskOffset).assumingMemoryBound(to: sigset_t.self)

@@ -35,7 +35,9 @@ extension EventSource {
             flags.rawValue & ~TimerFlags.strict.rawValue == 0,
             "EventSource.makeTimerSource: unknown flags \(flags.rawValue)"
         )
-        return EventSource(core: SourceCore(kind: .timer, handle: 0, mask: flags.rawValue, target: queue, engine: engine))
+        return EventSource(
+            core: SourceCore(kind: .timer, handle: 0, mask: flags.rawValue, target: queue, engine: engine)
+        )
     }
 
     /// Sets a timer source's schedule: the first fire at `deadline`, then, if `interval` is given, at
@@ -53,15 +55,25 @@ extension EventSource {
     ///   - deadline: The first fire time.
     ///   - interval: The time between fires; `nil` for a one-shot timer.
     ///   - leeway: How much later than each deadline a fire may be delivered.
-    public func schedule(deadline: ContinuousClock.Instant, repeating interval: Duration? = nil, leeway: Duration = .zero) {
-        precondition(core.kind == .timer, "EventSource.schedule on a \(core.kind.name) source: only timer sources have a schedule")
+    public func schedule(
+        deadline: ContinuousClock.Instant,
+        repeating interval: Duration? = nil,
+        leeway: Duration = .zero
+    ) {
+        precondition(
+            core.kind == .timer,
+            "EventSource.schedule on a \(core.kind.name) source: only timer sources have a schedule"
+        )
         core.schedule(deadline: deadline, interval: interval, leeway: leeway)
     }
 
     /// Makes a timer source never fire until the next ``schedule(deadline:repeating:leeway:)``, forgetting
     /// fires not yet delivered (libdispatch: a start of `DISPATCH_TIME_FOREVER`, SEMANTICS D27).
     public func unschedule() {
-        precondition(core.kind == .timer, "EventSource.unschedule on a \(core.kind.name) source: only timer sources have a schedule")
+        precondition(
+            core.kind == .timer,
+            "EventSource.unschedule on a \(core.kind.name) source: only timer sources have a schedule"
+        )
         core.schedule(deadline: nil, interval: nil, leeway: .zero)
     }
 }

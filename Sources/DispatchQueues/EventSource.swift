@@ -42,8 +42,14 @@ public final class EventSource: @unchecked Sendable {
         let suspended = core.suspendCount > 0
         core.lock.unlock()
         // SEMANTICS D2 and C9: libdispatch crashes on both.
-        precondition(activated, "EventSource(\(core.kind.name)) released before it was activated (call activate() first)")
-        precondition(!suspended, "EventSource(\(core.kind.name)) released while suspended (resume it before the last release)")
+        precondition(
+            activated,
+            "EventSource(\(core.kind.name)) released before it was activated (call activate() first)"
+        )
+        precondition(
+            !suspended,
+            "EventSource(\(core.kind.name)) released while suspended (resume it before the last release)"
+        )
         core.releaseSilently()
     }
 
@@ -118,7 +124,10 @@ public final class EventSource: @unchecked Sendable {
         }
         let activated = core.activated
         core.lock.unlock()
-        precondition(!activated, "Over-resume of EventSource(\(core.kind.name)): resume() called more times than suspend()")
+        precondition(
+            !activated,
+            "Over-resume of EventSource(\(core.kind.name)): resume() called more times than suspend()"
+        )
         core.activate()
     }
 

@@ -14,7 +14,7 @@ func spawnShell(_ script: String) -> pid_t {
     let arguments: [UnsafeMutablePointer<CChar>?] = ["/bin/sh", "-c", script].map { text in
         text.withCString { strdup($0) }
     }
-    defer { arguments.forEach { free($0) } }
+    defer { for argument in arguments { free(argument) } }
     var argv = arguments + [nil]
     let rc = posix_spawn(&pid, "/bin/sh", nil, nil, &argv, environ)
     precondition(rc == 0, "posix_spawn failed: \(rc)")
@@ -152,7 +152,12 @@ struct EventSourceProcessTests {
             let counts = Locked<[Int]>(Array(repeating: 0, count: 5))
             var sources: [EventSource] = []
             for index in 0..<5 {
-                let source = EventSource.makeProcessSource(identifier: pid, eventMask: .exit, queue: nil, engine: engine)
+                let source = EventSource.makeProcessSource(
+                    identifier: pid,
+                    eventMask: .exit,
+                    queue: nil,
+                    engine: engine
+                )
                 group.enter()
                 source.setEventHandler {
                     counts.withLock { $0[index] += 1 }
@@ -174,7 +179,12 @@ struct EventSourceProcessTests {
     @Test("non-existent pid: one synthetic exit", arguments: EngineKind.allCases)
     func missing(kind: EngineKind) {
         withSourceEngine(kind) { engine in
-            let source = EventSource.makeProcessSource(identifier: 0x3fff_fff0, eventMask: .exit, queue: nil, engine: engine)
+            let source = EventSource.makeProcessSource(
+                identifier: 0x3fff_fff0,
+                eventMask: .exit,
+                queue: nil,
+                engine: engine
+            )
             let seen = Seen()
             source.setEventHandler { seen.add(source.data) }
             source.activate()
@@ -206,9 +216,19 @@ struct EventSourceFileSystemTests {
             let directory = SourceTemporaryDirectory()
             defer { directory.remove() }
             let path = directory.path + "/watched"
-            let file = try FileDescriptor.open(FilePath(path), .readWrite, options: [.create], permissions: .ownerReadWrite)
+            let file = try FileDescriptor.open(
+                FilePath(path),
+                .readWrite,
+                options: [.create],
+                permissions: .ownerReadWrite
+            )
             defer { try? file.close() }
-            let source = EventSource.makeFileSystemObjectSource(fileDescriptor: file, eventMask: .all, queue: nil, engine: engine)
+            let source = EventSource.makeFileSystemObjectSource(
+                fileDescriptor: file,
+                eventMask: .all,
+                queue: nil,
+                engine: engine
+            )
             #expect(source.handle == UInt(file.rawValue))
             #expect(source.mask == Event.all.rawValue)
             let seen = Seen()
@@ -248,7 +268,12 @@ struct EventSourceFileSystemTests {
                 permissions: .ownerReadWrite
             )
             defer { try? file.close() }
-            let source = EventSource.makeFileSystemObjectSource(fileDescriptor: file, eventMask: .rename, queue: nil, engine: engine)
+            let source = EventSource.makeFileSystemObjectSource(
+                fileDescriptor: file,
+                eventMask: .rename,
+                queue: nil,
+                engine: engine
+            )
             let seen = Seen()
             let ready = WorkSemaphore(value: 0)
             source.setRegistrationHandler { ready.signal() }
@@ -275,7 +300,11 @@ struct EventSourceMemoryPressureTests {
         withSourceEngine(kind) { engine in
             let source: EventSource
             do {
-                source = try EventSource.makeMemoryPressureSource(eventMask: [.warning, .critical], queue: nil, engine: engine)
+                source = try EventSource.makeMemoryPressureSource(
+                    eventMask: [.warning, .critical],
+                    queue: nil,
+                    engine: engine
+                )
             } catch {
                 // No PSI here (ENOENT) or no permission: the documented error.
                 let expected: [Errno] = [.noSuchFileOrDirectory, .permissionDenied, .notPermitted, .notSupported]

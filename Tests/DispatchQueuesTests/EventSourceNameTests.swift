@@ -13,7 +13,9 @@ struct EventSourceNameTests {
         let events: EventSource.FileSystemEvent = [.write, .rename]
         let process: EventSource.ProcessEvent = .exit
         let pressure: EventSource.MemoryPressureEvent = .warning
-        #expect(flags.rawValue == 1 && events.rawValue == 0x22 && process.rawValue == 0x8000_0000 && pressure.rawValue == 2)
+        #expect(
+            flags.rawValue == 1 && events.rawValue == 0x22 && process.rawValue == 0x8000_0000 && pressure.rawValue == 2
+        )
         let done = WorkSemaphore(value: 0)
         source.setEventHandler { done.signal() }
         source.activate()

@@ -75,7 +75,9 @@ struct SourceTemporaryDirectory {
     func remove() {
         if let directory = opendir(path) {
             while let entry = readdir(directory) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
+                let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                    String(cString: $0.bindMemory(to: CChar.self).baseAddress!)
+                }
                 if name != "." && name != ".." { _ = unlink(path + "/" + name) }
             }
             closedir(directory)

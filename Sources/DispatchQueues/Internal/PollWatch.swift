@@ -28,7 +28,13 @@ final class PollWatch: @unchecked Sendable {
     private var finished = false
     private var onStopped: (@Sendable () -> Void)?
 
-    init(engine: IOEngine, fd: CInt, events: PollEvents, ownsDescriptor: Bool, onReady: @escaping @Sendable (UInt32) -> Bool) {
+    init(
+        engine: IOEngine,
+        fd: CInt,
+        events: PollEvents,
+        ownsDescriptor: Bool,
+        onReady: @escaping @Sendable (UInt32) -> Bool
+    ) {
         self.engine = engine
         self.fd = fd
         self.events = events
@@ -97,16 +103,23 @@ final class PollWatch: @unchecked Sendable {
         finish(callback)
     }
 
-    private func takeFinishLocked() -> (@Sendable () -> Void)? {
+    /// Claims the one finish; `nil` if it was already claimed.
+    private func takeFinishLocked() -> FinishClaim? {
         guard !finished else { return nil }
         finished = true
         let callback = onStopped
         onStopped = nil
-        return callback
+        return FinishClaim(callback: callback)
     }
 
-    private func finish(_ callback: (@Sendable () -> Void)?) {
+    private struct FinishClaim {
+        var callback: (@Sendable () -> Void)?
+    }
+
+    /// Closes an owned descriptor and reports the stop, once (when `claim` is not `nil`).
+    private func finish(_ claim: FinishClaim?) {
+        guard let claim else { return }
         if ownsDescriptor { _ = Glibc.close(fd) }
-        callback?()
+        claim.callback?()
     }
 }

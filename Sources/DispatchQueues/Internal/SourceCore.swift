@@ -109,7 +109,8 @@ final class SourceCore: QueueJob, @unchecked Sendable {
     /// Readiness: the source saw end of file or hang-up and fired its last event (D30).
     var finished = false
 
-    init(kind: SourceKind, handle: UInt, mask: UInt, target: WorkQueue?, engine: IOEngine, isRegularFile: Bool = false) {
+    init(kind: SourceKind, handle: UInt, mask: UInt, target: WorkQueue?, engine: IOEngine, isRegularFile: Bool = false)
+    {
         self.kind = kind
         self.handle = handle
         self.mask = mask
