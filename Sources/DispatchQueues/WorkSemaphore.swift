@@ -1,9 +1,10 @@
+import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import Synchronization
 
 /// A counting semaphore: the counterpart of `DispatchSemaphore`.
 ///
@@ -30,7 +31,7 @@ public final class WorkSemaphore: @unchecked Sendable {
     /// Releasing the semaphore while its value is below `value` (someone still owes a signal, or waits)
     /// also stops the process, as libdispatch does (C30).
     public init(value: Int) {
-        precondition(value >= 0, "WorkSemaphore(value:) with a negative value (\(value))")
+        if !(value >= 0) { misuse("WorkSemaphore(value:) with a negative value (\(value))") }
         initialValue = value
         self.value = Atomic(value)
         sleepers = .allocate(capacity: 1)
@@ -40,10 +41,11 @@ public final class WorkSemaphore: @unchecked Sendable {
 
     deinit {
         let current = value.load(ordering: .acquiring)
-        precondition(
-            current >= initialValue,
-            "WorkSemaphore deallocated while in use: value \(current) is below its initial value \(initialValue)"
-        )
+        if current < initialValue {
+            misuse(
+                "WorkSemaphore deallocated while in use: value \(current) is below its initial value \(initialValue)"
+            )
+        }
         sem_destroy(sleepers)
         sleepers.deallocate()
     }
