@@ -150,6 +150,26 @@ struct MisuseTests {
         expectMessage(result1, "WorkSemaphore deallocated while in use")
     }
 
+    // C17
+    @Test("setSpecific on a global queue")
+    func specificOnGlobal() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            WorkQueue.global().setSpecific(key: WorkQueue.SpecificKey<Int>(), value: 1)
+        }
+        expectMessage(result, "does not support queue-specific values")
+    }
+
+    // C13: cycles are undefined in C; ours refuses them.
+    @Test("target cycle")
+    func targetCycle() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let a = WorkQueue(label: "a", attributes: .initiallyInactive)
+            let b = WorkQueue(label: "b", target: a)
+            a.setTarget(queue: b)
+        }
+        expectMessage(result, "creates a cycle")
+    }
+
     // C19: dispatchMain drains the main queue in order and never returns; the process ends by exit.
     @Test("dispatchMain drains the main queue")
     func mainQueue() async {
