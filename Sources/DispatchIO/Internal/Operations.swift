@@ -252,6 +252,10 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
         guard !ended else { return }
         ended = true
         endError = error
+        // The position moves past what was read before the final call, which may look at it (B8).
+        if let position = streamPositionToRestore {
+            lseek(fd, off_t(position) + received, SEEK_SET)
+        }
         if let error {
             if !pending.isEmpty { deliver(done: false, data: pending, error: nil) }
             pending = DispatchDataBuffer()
@@ -265,9 +269,6 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
             deliver(done: true, data: DispatchDataBuffer(), error: nil)
         }
         finalDelivered = true
-        if let position = streamPositionToRestore {
-            lseek(fd, off_t(position) + received, SEEK_SET)
-        }
         for (_, chunk) in arrived { pool.give(chunk.0) }
         arrived.removeAll()
         // Requests still in the kernel are cancelled; their buffers come back through their completions.
@@ -437,15 +438,15 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
     private func end(error: Errno?) {
         guard !ended else { return }
         ended = true
+        if let position = streamPositionToRestore {
+            lseek(fd, off_t(position) + written, SEEK_SET)
+        }
         if let error {
             deliver(done: true, data: remaining, error: error)
         } else {
             deliver(done: true, data: nil, error: nil)
         }
         finalDelivered = true
-        if let position = streamPositionToRestore {
-            lseek(fd, off_t(position) + written, SEEK_SET)
-        }
     }
 
     private func deliver(done: Bool, data: DispatchDataBuffer?, error: Errno?) {
