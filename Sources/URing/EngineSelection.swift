@@ -29,7 +29,8 @@ package struct EngineSelection: Sendable {
             do {
                 return EngineSelection(engine: try IOEngine(kind: .uring), reason: "forced by DISPATCH_ENGINE=uring")
             } catch {
-                let reason = "DISPATCH_ENGINE=uring, but io_uring is unusable: \(error.description); using the POSIX engine"
+                let reason =
+                    "DISPATCH_ENGINE=uring, but io_uring is unusable: \(error.description); using the POSIX engine"
                 let line = "dispatch: \(reason)\n"
                 _ = line.withCString { Glibc.write(STDERR_FILENO, $0, strlen($0)) }
                 return EngineSelection(engine: try! IOEngine(kind: .posix), reason: reason)

@@ -110,6 +110,10 @@ package struct PollEvents: OptionSet, Sendable, Hashable {
 /// - After ``shutdown()``, operations still pending complete with `ECANCELED`, and new submissions
 ///   complete with `ESHUTDOWN` on the submitting thread, before `submit` returns.
 package final class IOEngine: Sendable {
+    /// `AT_EMPTY_PATH`, for ``stat(_:path:flags:then:)`` of the descriptor itself (Glibc hides it behind
+    /// `_GNU_SOURCE`).
+    package static let emptyPathFlag: CInt = 0x1000
+
     /// The largest transfer one read or write system call is asked for; larger requests are split.
     /// (The kernel caps one transfer at `MAX_RW_COUNT`, just under 2 GiB, and an SQE length at 32 bits.)
     package static let maximumTransfer = 1 << 30
@@ -156,34 +160,53 @@ package final class IOEngine: Sendable {
 
     /// Reads into `buffer`, which must stay valid (and is kept alive through `keepAlive`) until the
     /// handler has run, whatever happens to the caller.
+    ///
+    /// - Parameter offload: run the read on the kernel's worker threads (`IOSQE_ASYNC`) instead of inline
+    ///   on the ring thread. A read from the page cache is a memory copy; offloaded, several copies run on
+    ///   several cores at once, which is what several reads in flight on a regular file want. Ignored by
+    ///   the POSIX engine, whose calls already run on a pool.
     @discardableResult
     package func read(
         _ fd: CInt,
         into buffer: UnsafeMutableRawBufferPointer,
         at offset: Int64?,
+        offload: Bool = false,
         keepAlive: (any AnyObject & Sendable)? = nil,
         then handler: @escaping CompletionHandler
     ) -> OperationID {
-        guard let offset = Self.validOffset(offset) else { return backend.submit(.fail(.invalidArgument), keepAlive: nil, handler: handler) }
+        guard let offset = Self.validOffset(offset) else {
+            return backend.submit(.fail(.invalidArgument), keepAlive: nil, handler: handler)
+        }
         return backend.submit(
             .read(fd: fd, buffer: buffer.baseAddress, length: buffer.count, offset: offset),
+            offload: offload,
             keepAlive: keepAlive,
             handler: handler
         )
     }
 
     /// Writes all of `buffer`, resubmitting short writes; the result is the number of bytes written.
+    /// `offload` is as for ``read(_:into:at:offload:keepAlive:then:)``.
     @discardableResult
     package func write(
         _ fd: CInt,
         from buffer: UnsafeRawBufferPointer,
         at offset: Int64?,
+        offload: Bool = false,
         keepAlive: (any AnyObject & Sendable)? = nil,
         then handler: @escaping CompletionHandler
     ) -> OperationID {
-        guard let offset = Self.validOffset(offset) else { return backend.submit(.fail(.invalidArgument), keepAlive: nil, handler: handler) }
+        guard let offset = Self.validOffset(offset) else {
+            return backend.submit(.fail(.invalidArgument), keepAlive: nil, handler: handler)
+        }
         return backend.submit(
-            .write(fd: fd, buffer: UnsafeMutableRawPointer(mutating: buffer.baseAddress), length: buffer.count, offset: offset),
+            .write(
+                fd: fd,
+                buffer: UnsafeMutableRawPointer(mutating: buffer.baseAddress),
+                length: buffer.count,
+                offset: offset
+            ),
+            offload: offload,
             keepAlive: keepAlive,
             handler: handler
         )
@@ -196,12 +219,16 @@ package final class IOEngine: Sendable {
         _ fd: CInt,
         into buffers: [UnsafeMutableRawBufferPointer],
         at offset: Int64?,
+        offload: Bool = false,
         keepAlive: (any AnyObject & Sendable)? = nil,
         then handler: @escaping CompletionHandler
     ) -> OperationID {
-        guard let offset = Self.validOffset(offset) else { return backend.submit(.fail(.invalidArgument), keepAlive: nil, handler: handler) }
+        guard let offset = Self.validOffset(offset) else {
+            return backend.submit(.fail(.invalidArgument), keepAlive: nil, handler: handler)
+        }
         return backend.submit(
             .vector(IOVector(buffers.map { UnsafeRawBufferPointer($0) }), fd: fd, offset: offset, isWrite: false),
+            offload: offload,
             keepAlive: keepAlive,
             handler: handler
         )
@@ -214,12 +241,16 @@ package final class IOEngine: Sendable {
         _ fd: CInt,
         from buffers: [UnsafeRawBufferPointer],
         at offset: Int64?,
+        offload: Bool = false,
         keepAlive: (any AnyObject & Sendable)? = nil,
         then handler: @escaping CompletionHandler
     ) -> OperationID {
-        guard let offset = Self.validOffset(offset) else { return backend.submit(.fail(.invalidArgument), keepAlive: nil, handler: handler) }
+        guard let offset = Self.validOffset(offset) else {
+            return backend.submit(.fail(.invalidArgument), keepAlive: nil, handler: handler)
+        }
         return backend.submit(
             .vector(IOVector(buffers), fd: fd, offset: offset, isWrite: true),
+            offload: offload,
             keepAlive: keepAlive,
             handler: handler
         )
@@ -307,8 +338,9 @@ package final class IOEngine: Sendable {
     }
 
     /// Cancels a pending operation, which then completes with `ECANCELED` (or with its own result, if it
-    /// finished first). This operation completes with 0 when it found the target, `ENOENT` when it did not,
-    /// `EALREADY` when the target was already running and could not be stopped.
+    /// finished first). This operation completes with 0 when it found the target waiting, `ENOENT` when it
+    /// did not find it, `EALREADY` when the target was inside a system call: it then completes with its
+    /// own result, or with `ECANCELED` if it would otherwise go on to wait.
     @discardableResult
     package func cancel(_ target: OperationID, then handler: @escaping CompletionHandler) -> OperationID {
         backend.submit(.cancel(target: target.rawValue), keepAlive: nil, handler: handler)

@@ -28,7 +28,9 @@ struct EngineTests {
             let fd = openFile(dir.file("f"))
             defer { close(fd) }
             let data = Buffer(Array("hello, ring".utf8))
-            let written = await complete { engine.write(fd, from: UnsafeRawBufferPointer(data.slice(11)), at: 100, keepAlive: data, then: $0) }
+            let written = await complete {
+                engine.write(fd, from: UnsafeRawBufferPointer(data.slice(11)), at: 100, keepAlive: data, then: $0)
+            }
             #expect(written == IOCompletion(result: 11))
             let into = Buffer(count: 64)
             let read = await complete { engine.read(fd, into: into.slice(5), at: 107, keepAlive: into, then: $0) }
@@ -51,8 +53,12 @@ struct EngineTests {
             defer { close(fd) }
             let a = Buffer(Array("abc".utf8))
             let b = Buffer(Array("def".utf8))
-            _ = await complete { engine.write(fd, from: UnsafeRawBufferPointer(a.slice(3)), at: nil, keepAlive: a, then: $0) }
-            _ = await complete { engine.write(fd, from: UnsafeRawBufferPointer(b.slice(3)), at: nil, keepAlive: b, then: $0) }
+            _ = await complete {
+                engine.write(fd, from: UnsafeRawBufferPointer(a.slice(3)), at: nil, keepAlive: a, then: $0)
+            }
+            _ = await complete {
+                engine.write(fd, from: UnsafeRawBufferPointer(b.slice(3)), at: nil, keepAlive: b, then: $0)
+            }
             #expect(lseek(fd, 0, SEEK_CUR) == 6)
             lseek(fd, 2, SEEK_SET)
             let into = Buffer(count: 8)
@@ -78,7 +84,9 @@ struct EngineTests {
             #expect(written == IOCompletion(result: 13))
             let x = Buffer(count: 6)
             let y = Buffer(count: 16)
-            let read = await complete { engine.readv(fd, into: [x.slice(6), y.slice(16)], at: 0, keepAlive: y, then: $0) }
+            let read = await complete {
+                engine.readv(fd, into: [x.slice(6), y.slice(16)], at: 0, keepAlive: y, then: $0)
+            }
             #expect(read == IOCompletion(result: 13))
             #expect(x.array(6) + y.array(7) == Array("one-two-three".utf8))
             withExtendedLifetime((one, two, three, x)) {}
@@ -96,7 +104,15 @@ struct EngineTests {
             _ = await complete { engine.nop(then: $0) }
             #expect(!read.isDone)
             let data = Buffer(Array("ping".utf8))
-            let written = await complete { engine.write(pipe.write, from: UnsafeRawBufferPointer(data.slice(4)), at: nil, keepAlive: data, then: $0) }
+            let written = await complete {
+                engine.write(
+                    pipe.write,
+                    from: UnsafeRawBufferPointer(data.slice(4)),
+                    at: nil,
+                    keepAlive: data,
+                    then: $0
+                )
+            }
             #expect(written.result == 4)
             #expect(await read.value == IOCompletion(result: 4))
             #expect(into.array(4) == Array("ping".utf8))
@@ -112,7 +128,9 @@ struct EngineTests {
                 close(b)
             }
             let data = Buffer(Array("over a socket".utf8))
-            let written = await complete { engine.write(a, from: UnsafeRawBufferPointer(data.slice(13)), at: nil, keepAlive: data, then: $0) }
+            let written = await complete {
+                engine.write(a, from: UnsafeRawBufferPointer(data.slice(13)), at: nil, keepAlive: data, then: $0)
+            }
             #expect(written.result == 13)
             let into = Buffer(count: 64)
             let read = await complete { engine.read(b, into: into.slice(64), at: nil, keepAlive: into, then: $0) }
@@ -144,11 +162,15 @@ struct EngineTests {
             let size = 1 << 20  // 16 times the pipe's capacity: short writes and EAGAIN both happen
             let data = Buffer(count: size)
             for index in 0..<size { data.bytes[index] = UInt8(truncatingIfNeeded: index &* 7) }
-            let written = Pending { engine.write(pipe.write, from: UnsafeRawBufferPointer(data.bytes), at: nil, keepAlive: data, then: $0) }
+            let written = Pending {
+                engine.write(pipe.write, from: UnsafeRawBufferPointer(data.bytes), at: nil, keepAlive: data, then: $0)
+            }
             var received: [UInt8] = []
             let chunk = Buffer(count: 65536)
             while received.count < size {
-                let read = await complete { engine.read(pipe.read, into: chunk.slice(65536), at: nil, keepAlive: chunk, then: $0) }
+                let read = await complete {
+                    engine.read(pipe.read, into: chunk.slice(65536), at: nil, keepAlive: chunk, then: $0)
+                }
                 #expect(read.error == nil)
                 if read.result == 0 { break }
                 received += chunk.array(read.result)
@@ -165,20 +187,33 @@ struct EngineTests {
         let dir = TemporaryDirectory()
         defer { dir.cleanup() }
         try await withEngine(kind) { engine in
-            let opened = await complete { engine.openat(path: FilePath(dir.file("new")), flags: O_RDWR | O_CREAT | O_EXCL, permissions: [.ownerReadWrite], then: $0) }
+            let opened = await complete {
+                engine.openat(
+                    path: FilePath(dir.file("new")),
+                    flags: O_RDWR | O_CREAT | O_EXCL,
+                    permissions: [.ownerReadWrite],
+                    then: $0
+                )
+            }
             #expect(opened.error == nil)
             let fd = CInt(opened.result)
             #expect(fcntl(fd, F_GETFD) & FD_CLOEXEC != 0)
             let data = Buffer(count: 1000, fill: 0x5A)
-            _ = await complete { engine.write(fd, from: UnsafeRawBufferPointer(data.bytes), at: 0, keepAlive: data, then: $0) }
+            _ = await complete {
+                engine.write(fd, from: UnsafeRawBufferPointer(data.bytes), at: 0, keepAlive: data, then: $0)
+            }
             #expect(await complete { engine.fsync(fd, then: $0) } == IOCompletion(result: 0))
             #expect(await complete { engine.fsync(fd, dataOnly: true, then: $0) } == IOCompletion(result: 0))
-            let status = await withCheckedContinuation { c in engine.stat(path: FilePath(dir.file("new"))) { c.resume(returning: $0) } }
+            let status = await withCheckedContinuation { c in
+                engine.stat(path: FilePath(dir.file("new"))) { c.resume(returning: $0) }
+            }
             let st = try status.get()
             #expect(st.size == 1000)
             #expect(st.isRegularFile)
             #expect(st.mode & 0o777 == 0o600)
-            let viaFD = await withCheckedContinuation { c in engine.stat(fd, path: "", flags: 0x1000 /* AT_EMPTY_PATH */) { c.resume(returning: $0) } }
+            let viaFD = await withCheckedContinuation { c in
+                engine.stat(fd, path: "", flags: IOEngine.emptyPathFlag) { c.resume(returning: $0) }
+            }
             #expect(try viaFD.get().inode == st.inode)
             #expect(await complete { engine.close(fd, then: $0) } == IOCompletion(result: 0))
             #expect(fcntl(fd, F_GETFD) == -1 && errno == EBADF)
@@ -190,7 +225,9 @@ struct EngineTests {
         try await withEngine(kind) { engine in
             let opened = await complete { engine.openat(path: "/nonexistent/dir/file", flags: O_RDONLY, then: $0) }
             #expect(opened.error == .noSuchFileOrDirectory)
-            let status = await withCheckedContinuation { c in engine.stat(path: "/nonexistent/file") { c.resume(returning: $0) } }
+            let status = await withCheckedContinuation { c in
+                engine.stat(path: "/nonexistent/file") { c.resume(returning: $0) }
+            }
             #expect(throws: Errno.noSuchFileOrDirectory) { try status.get() }
             let dir = await withCheckedContinuation { c in engine.stat(path: "/tmp") { c.resume(returning: $0) } }
             let isDirectory = try dir.get().isDirectory
@@ -228,7 +265,13 @@ struct EngineTests {
                             if index % 2 == 0 {
                                 engine.nop(then: handler)
                             } else {
-                                engine.write(fd, from: UnsafeRawBufferPointer(data.slice(16)), at: Int64(index * 16), keepAlive: data, then: handler)
+                                engine.write(
+                                    fd,
+                                    from: UnsafeRawBufferPointer(data.slice(16)),
+                                    at: Int64(index * 16),
+                                    keepAlive: data,
+                                    then: handler
+                                )
                             }
                         }
                     }
@@ -252,11 +295,15 @@ struct EngineTests {
             let read = Pending { engine.read(pipe.read, into: into.slice(8), at: nil, keepAlive: into, then: $0) }
             _ = await complete { engine.nop(then: $0) }
             let cancel = await complete { engine.cancel(read.id!, then: $0) }
-            #expect(cancel.error == nil)
+            // EALREADY: the POSIX engine caught the read inside its non-blocking attempt; it stops it before
+            // it would wait, so the read is cancelled all the same.
+            #expect(cancel.error == nil || cancel.error == .alreadyInProcess)
             #expect(await read.value.error == .canceled)
             // Nothing was consumed: a later write is there for a later read.
             #expect(write(pipe.write, "x", 1) == 1)
-            let again = await complete { engine.read(pipe.read, into: into.slice(8), at: nil, keepAlive: into, then: $0) }
+            let again = await complete {
+                engine.read(pipe.read, into: into.slice(8), at: nil, keepAlive: into, then: $0)
+            }
             #expect(again.result == 1)
         }
     }
@@ -280,7 +327,9 @@ struct EngineTests {
             let into = Buffer(count: 8)
             let read = await complete { engine.read(bad, into: into.slice(8), at: nil, keepAlive: into, then: $0) }
             #expect(read.error == .badFileDescriptor)
-            let write = await complete { engine.write(bad, from: UnsafeRawBufferPointer(into.slice(8)), at: 0, keepAlive: into, then: $0) }
+            let write = await complete {
+                engine.write(bad, from: UnsafeRawBufferPointer(into.slice(8)), at: 0, keepAlive: into, then: $0)
+            }
             #expect(write.error == .badFileDescriptor)
             #expect(write.result == 0)
             #expect(await complete { engine.fsync(bad, then: $0) }.error == .badFileDescriptor)
@@ -372,11 +421,17 @@ struct EngineTests {
             let buffer = Buffer(count: 1)
             let empty = UnsafeMutableRawBufferPointer(rebasing: buffer.bytes[0..<0])
             #expect(await complete { engine.read(fd, into: empty, at: 0, then: $0) } == IOCompletion(result: 0))
-            #expect(await complete { engine.write(fd, from: UnsafeRawBufferPointer(empty), at: 0, then: $0) } == IOCompletion(result: 0))
+            #expect(
+                await complete { engine.write(fd, from: UnsafeRawBufferPointer(empty), at: 0, then: $0) }
+                    == IOCompletion(result: 0)
+            )
             #expect(await complete { engine.writev(fd, from: [], at: 0, then: $0) } == IOCompletion(result: 0))
             let pipe = Pipe()
             defer { pipe.close() }
-            #expect(await complete { engine.write(pipe.write, from: UnsafeRawBufferPointer(empty), at: nil, then: $0) } == IOCompletion(result: 0))
+            #expect(
+                await complete { engine.write(pipe.write, from: UnsafeRawBufferPointer(empty), at: nil, then: $0) }
+                    == IOCompletion(result: 0)
+            )
         }
     }
 
@@ -386,10 +441,24 @@ struct EngineTests {
             let buffer = Buffer(count: 8)
             let pipe = Pipe()
             defer { pipe.close() }
-            #expect(await complete { engine.read(pipe.read, into: buffer.slice(8), at: -1, then: $0) }.error == .invalidArgument)
-            #expect(await complete { engine.write(pipe.write, from: UnsafeRawBufferPointer(buffer.slice(8)), at: -4096, then: $0) }.error == .invalidArgument)
-            #expect(await complete { engine.readv(pipe.read, into: [buffer.slice(8)], at: .min, then: $0) }.error == .invalidArgument)
-            #expect(await complete { engine.writev(pipe.write, from: [UnsafeRawBufferPointer(buffer.slice(8))], at: -1, then: $0) }.error == .invalidArgument)
+            #expect(
+                await complete { engine.read(pipe.read, into: buffer.slice(8), at: -1, then: $0) }.error
+                    == .invalidArgument
+            )
+            #expect(
+                await complete {
+                    engine.write(pipe.write, from: UnsafeRawBufferPointer(buffer.slice(8)), at: -4096, then: $0)
+                }.error == .invalidArgument
+            )
+            #expect(
+                await complete { engine.readv(pipe.read, into: [buffer.slice(8)], at: .min, then: $0) }.error
+                    == .invalidArgument
+            )
+            #expect(
+                await complete {
+                    engine.writev(pipe.write, from: [UnsafeRawBufferPointer(buffer.slice(8))], at: -1, then: $0)
+                }.error == .invalidArgument
+            )
         }
     }
 
@@ -406,7 +475,9 @@ struct EngineTests {
             let buffer = Buffer(count: size)
             memset(buffer.bytes.baseAddress!, 0x11, size)
             buffer.bytes[size - 1] = 0xEE
-            let written = await complete { engine.write(fd, from: UnsafeRawBufferPointer(buffer.bytes), at: 0, keepAlive: buffer, then: $0) }
+            let written = await complete {
+                engine.write(fd, from: UnsafeRawBufferPointer(buffer.bytes), at: 0, keepAlive: buffer, then: $0)
+            }
             #expect(written == IOCompletion(result: size))
             var st = stat()
             fstat(fd, &st)
@@ -425,15 +496,25 @@ struct EngineTests {
             try #require(full >= 0)
             defer { close(full) }
             let buffer = Buffer(count: 4096, fill: 1)
-            let completion = await complete { engine.write(full, from: UnsafeRawBufferPointer(buffer.bytes), at: nil, keepAlive: buffer, then: $0) }
+            let completion = await complete {
+                engine.write(full, from: UnsafeRawBufferPointer(buffer.bytes), at: nil, keepAlive: buffer, then: $0)
+            }
             #expect(completion == IOCompletion(result: 0, error: .noSpace))
-            // A pipe with no reader: EPIPE, and the process is still here (SIGPIPE is ignored for the test).
-            let previous = signal(SIGPIPE, SIG_IGN)
-            defer { signal(SIGPIPE, previous) }
+            // A pipe with no reader: EPIPE, and the process is still here, with SIGPIPE at its default
+            // action (which would end it) — the engine's threads block it.
+            signal(SIGPIPE, SIG_DFL)
             let pipe = Pipe()
             close(pipe.read)
             defer { close(pipe.write) }
-            let broken = await complete { engine.write(pipe.write, from: UnsafeRawBufferPointer(buffer.bytes), at: nil, keepAlive: buffer, then: $0) }
+            let broken = await complete {
+                engine.write(
+                    pipe.write,
+                    from: UnsafeRawBufferPointer(buffer.bytes),
+                    at: nil,
+                    keepAlive: buffer,
+                    then: $0
+                )
+            }
             #expect(broken.error == .brokenPipe)
         }
     }
@@ -465,7 +546,8 @@ struct EngineTests {
 
     @Test func selectionHonoursTheEnvironmentAndExplainsItself() {
         #expect(!IOEngine.selection.reason.isEmpty)
-        if let forced = getenv("DISPATCH_ENGINE").map({ String(cString: $0) }), let kind = EngineKind(rawValue: forced) {
+        if let forced = getenv("DISPATCH_ENGINE").map({ String(cString: $0) }), let kind = EngineKind(rawValue: forced)
+        {
             #expect(IOEngine.shared.kind == kind)
         } else {
             // This machine has io_uring; the default picks it.
@@ -483,10 +565,15 @@ enum Thread {
         }
         var thread = pthread_t()
         let context = Unmanaged.passRetained(Box(body)).toOpaque()
-        pthread_create(&thread, nil, { context in
-            Unmanaged<Box>.fromOpaque(context!).takeRetainedValue().body()
-            return nil
-        }, context)
+        pthread_create(
+            &thread,
+            nil,
+            { context in
+                Unmanaged<Box>.fromOpaque(context!).takeRetainedValue().body()
+                return nil
+            },
+            context
+        )
         pthread_detach(thread)
     }
 }

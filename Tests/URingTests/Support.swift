@@ -67,7 +67,9 @@ struct TemporaryDirectory {
     func cleanup() {
         if let dir = opendir(path) {
             while let entry = readdir(dir) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
+                let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                    String(cString: $0.bindMemory(to: CChar.self).baseAddress!)
+                }
                 if name != "." && name != ".." { unlink(file(name)) }
             }
             closedir(dir)
@@ -106,7 +108,9 @@ final class Buffer: @unchecked Sendable {
 
     var bytes: UnsafeMutableRawBufferPointer { pointer }
 
-    func slice(_ count: Int) -> UnsafeMutableRawBufferPointer { UnsafeMutableRawBufferPointer(rebasing: pointer[0..<count]) }
+    func slice(_ count: Int) -> UnsafeMutableRawBufferPointer {
+        UnsafeMutableRawBufferPointer(rebasing: pointer[0..<count])
+    }
 
     func array(_ count: Int) -> [UInt8] { Array(pointer[0..<count]) }
 

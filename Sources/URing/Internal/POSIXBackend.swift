@@ -44,7 +44,10 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         epollFD = epoll_create1(CInt(EPOLL_CLOEXEC))
         wakeFD = eventfd(0, CInt(EFD_CLOEXEC | EFD_NONBLOCK))
         timerFD = timerfd_create(CLOCK_BOOTTIME, CInt(TFD_CLOEXEC | TFD_NONBLOCK))
-        precondition(epollFD >= 0 && wakeFD >= 0 && timerFD >= 0, "POSIX engine set-up failed: \(Errno(rawValue: errno))")
+        precondition(
+            epollFD >= 0 && wakeFD >= 0 && timerFD >= 0,
+            "POSIX engine set-up failed: \(Errno(rawValue: errno))"
+        )
         var wakeEvent = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(u64: Self.wakeKey))
         epoll_ctl(epollFD, EPOLL_CTL_ADD, wakeFD, &wakeEvent)
         var timerEvent = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(u64: Self.timerKey))
@@ -82,6 +85,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             nil,
             { context in
                 let start = Unmanaged<ThreadStart>.fromOpaque(context!).takeRetainedValue()
+                blockSIGPIPEInThisThread()
                 start.body(start.backend)
                 return nil
             },
@@ -93,7 +97,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
 
     // MARK: Submission
 
-    func submit(_ op: Op, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID {
+    func submit(_ op: Op, offload: Bool, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID {
         let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
         let request = Request(id: id, op: op, keepAlive: keepAlive, handler: handler)
         let accepted = lock.withLock { () -> Bool in
@@ -260,7 +264,8 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         var readyNow = false
         lock.withLock {
             running[request.id] = nil
-            if request.cancelRequested {
+            // A request caught inside a system call by cancel or shutdown stops here instead of waiting.
+            if request.cancelRequested || stopping {
                 failure = ECANCELED
                 return
             }
@@ -268,7 +273,10 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             var waiters = fdWaiters[fd] ?? []
             waiters.append(request.id)
             let mask = waiters.reduce(UInt32(0)) { $0 | (parked[$1]?.readinessEvents ?? events) }
-            var event = epoll_event(events: mask | EPOLLONESHOT.rawValue, data: epoll_data_t(u64: UInt64(UInt32(bitPattern: fd))))
+            var event = epoll_event(
+                events: mask | EPOLLONESHOT.rawValue,
+                data: epoll_data_t(u64: UInt64(UInt32(bitPattern: fd)))
+            )
             var rc = epoll_ctl(epollFD, registered.contains(fd) ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &event)
             if rc != 0 && errno == ENOENT {
                 rc = epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event)
@@ -368,7 +376,10 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil)
         } else {
             fdWaiters[fd] = waiters
-            var event = epoll_event(events: mask | EPOLLONESHOT.rawValue, data: epoll_data_t(u64: UInt64(UInt32(bitPattern: fd))))
+            var event = epoll_event(
+                events: mask | EPOLLONESHOT.rawValue,
+                data: epoll_data_t(u64: UInt64(UInt32(bitPattern: fd)))
+            )
             epoll_ctl(epollFD, EPOLL_CTL_MOD, fd, &event)
         }
     }
@@ -424,12 +435,15 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     // MARK: Timers
 
     private func addTimer(_ request: Request, deadline: Int64) {
-        lock.withLock {
+        let accepted = lock.withLock { () -> Bool in
             running[request.id] = nil
+            if stopping || request.cancelRequested { return false }
             timerRequests[request.id] = request
             timers.insert(deadline: deadline, id: request.id)
             armTimer()
+            return true
         }
+        if !accepted { request.handler(IOCompletion(result: 0, error: .canceled)) }
     }
 
     private func removeTimer(_ target: UInt64) -> Int {

@@ -5,10 +5,27 @@ import SystemPackage
 import Glibc
 #endif
 
+extension EngineBackend {
+    func submit(_ op: Op, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID {
+        submit(op, offload: false, keepAlive: keepAlive, handler: handler)
+    }
+}
+
+/// Blocks `SIGPIPE` in the calling engine thread. A write to a pipe or socket whose reader has gone
+/// raises `SIGPIPE` in the thread that made the system call, and its default action ends the process;
+/// blocked, it stays pending on that thread and the write reports `EPIPE`, which the handler gets.
+/// (io_uring's own worker threads block every signal already.)
+func blockSIGPIPEInThisThread() {
+    var set = sigset_t()
+    sigemptyset(&set)
+    sigaddset(&set, SIGPIPE)
+    pthread_sigmask(SIG_BLOCK, &set, nil)
+}
+
 /// What a backend needs to offer; ``IOEngine`` validates arguments and builds the ``Op``.
 protocol EngineBackend: Sendable {
     /// Hands `op` to the engine; `handler` runs exactly once.
-    func submit(_ op: Op, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID
+    func submit(_ op: Op, offload: Bool, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID
     func shutdown()
     var ownDescriptorCount: Int { get }
 }
@@ -67,9 +84,13 @@ final class Request: @unchecked Sendable {
     var readyHint = false
     var cancelRequested = false
 
-    init(id: UInt64, op: Op, keepAlive: AnyObject?, handler: @escaping CompletionHandler) {
+    /// Asks io_uring to run the operation on its worker threads (`IOSQE_ASYNC`).
+    let offload: Bool
+
+    init(id: UInt64, op: Op, offload: Bool = false, keepAlive: AnyObject?, handler: @escaping CompletionHandler) {
         self.id = id
         self.op = op
+        self.offload = offload
         self.keepAlive = keepAlive
         self.handler = handler
     }

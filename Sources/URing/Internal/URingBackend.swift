@@ -84,7 +84,9 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
                 if params.features & needed != needed {
                     io_uring_queue_exit(ring)
                     ring.deallocate()
-                    throw EngineUnavailable(description: "io_uring lacks NODROP, RW_CUR_POS or FAST_POLL (kernel too old)")
+                    throw EngineUnavailable(
+                        description: "io_uring lacks NODROP, RW_CUR_POS or FAST_POLL (kernel too old)"
+                    )
                 }
                 ready = true
                 break
@@ -95,7 +97,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         }
         guard ready else {
             ring.deallocate()
-            let sysctl = Self.readSysctl("/proc/sys/kernel/io_uring_disabled").map { " (kernel.io_uring_disabled=\($0))" } ?? ""
+            let sysctl =
+                Self.readSysctl("/proc/sys/kernel/io_uring_disabled").map { " (kernel.io_uring_disabled=\($0))" } ?? ""
             throw EngineUnavailable(
                 description: "io_uring_setup failed: \(Errno(rawValue: lastError))\(sysctl)"
             )
@@ -159,9 +162,9 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
 
     // MARK: Submission (any thread)
 
-    func submit(_ op: Op, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID {
+    func submit(_ op: Op, offload: Bool, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID {
         let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
-        let request = Request(id: id, op: op, keepAlive: keepAlive, handler: handler)
+        let request = Request(id: id, op: op, offload: offload, keepAlive: keepAlive, handler: handler)
         if ringThread.load(ordering: .acquiring) == UInt(pthread_self()) {
             if draining {
                 handler(IOCompletion(result: 0, error: .socketShutdown))
@@ -208,6 +211,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     // MARK: The ring thread
 
     private func run() {
+        blockSIGPIPEInThisThread()
         ringThread.store(UInt(pthread_self()), ordering: .releasing)
         if enableOnRingThread {
             let rc = curing_enable_rings(ring)
@@ -339,7 +343,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         }
         switch request.step(after: Int(res)) {
         case .complete(let completion): finish(request, completion)
-        case .again: draining ? finish(request, IOCompletion(result: request.progress, error: .canceled)) : local.append(request)
+        case .again:
+            draining ? finish(request, IOCompletion(result: request.progress, error: .canceled)) : local.append(request)
         case .awaitReadiness(let events):
             if draining {
                 finish(request, IOCompletion(result: request.progress, error: .canceled))
@@ -362,7 +367,10 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         }
         let sqe = nextSQE()
         inFlight[request.id] = request
-        defer { io_uring_sqe_set_data64(sqe, request.id) }
+        defer {
+            io_uring_sqe_set_data64(sqe, request.id)
+            if request.offload { sqe.pointee.flags |= UInt8(1 << IOSQE_ASYNC_BIT) }  // IOSQE_ASYNC
+        }
         if request.readinessEvents != 0, let fd = request.op.transferDescriptor {
             io_uring_prep_poll_add(sqe, fd, request.readinessEvents)
             return

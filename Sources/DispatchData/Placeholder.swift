@@ -1,1 +1,0 @@
-// DispatchData: implemented by its own issue.

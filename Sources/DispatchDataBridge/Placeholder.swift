@@ -1,1 +1,0 @@
-// DispatchDataBridge: implemented by its own issue.
