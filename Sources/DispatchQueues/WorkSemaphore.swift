@@ -18,8 +18,10 @@ import Musl
 /// POSIX semaphore (a bare futex in glibc) that a `signal` posts once per waiter it owes. The kernel queues
 /// futex sleepers in arrival order, so waiters are woken first-come first-served (SEMANTICS C29).
 ///
-/// A waiter that would block first polls for a signal for a few microseconds, *if polling has been paying
-/// off* on this semaphore. On an idle machine a two-thread ping-pong then never sleeps (well under a
+/// A waiter that would block, and is the only waiter, first polls for a signal for a few microseconds, *if
+/// polling has been paying off* on this semaphore. (Only the sole waiter polls, so a poller never
+/// overtakes a sleeper that came before it; a sleeper that came after could in principle beat the poller
+/// to a post, but it needs a kernel wake-up to do so and the poller checks every few nanoseconds.) On an idle machine a two-thread ping-pong then never sleeps (well under a
 /// microsecond per round trip instead of two futex wake-ups); on a loaded one polling loses (the poller
 /// takes the CPU the signalling thread needs), the credit runs out, and waiters sleep at once, polling
 /// only on one wait in 32 to notice when things improve.
@@ -72,8 +74,9 @@ public final class WorkSemaphore: @unchecked Sendable {
 
     /// Decrements the value, blocking until a ``signal()`` if it becomes negative.
     public func wait() {
-        if value.wrappingSubtract(1, ordering: .acquiring).newValue >= 0 { return }
-        if pollForSignal() { return }
+        let after = value.wrappingSubtract(1, ordering: .acquiring).newValue
+        if after >= 0 { return }
+        if after == -1 && pollForSignal() { return }
         let context = ThreadContext.current
         context.willBlock()
         while sem_wait(sleepers) != 0 {}
@@ -84,8 +87,9 @@ public final class WorkSemaphore: @unchecked Sendable {
     ///
     /// - Returns: `.success`, or `.timedOut` after undoing the decrement (SEMANTICS C29).
     public func wait(timeout: ContinuousClock.Instant) -> TimeoutResult {
-        if value.wrappingSubtract(1, ordering: .acquiring).newValue >= 0 { return .success }
-        if timeout > .now && pollForSignal() { return .success }
+        let after = value.wrappingSubtract(1, ordering: .acquiring).newValue
+        if after >= 0 { return .success }
+        if after == -1 && timeout > .now && pollForSignal() { return .success }
         let context = ThreadContext.current
         context.willBlock()
         defer { context.didUnblock() }
