@@ -1,10 +1,11 @@
+import Synchronization
+import URing
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import Synchronization
-import URing
 
 /// Runs a block exactly once for the life of the object: the counterpart of `dispatch_once`, which the
 /// Swift overlay lacks (SEMANTICS C31).
@@ -47,7 +48,7 @@ public final class Once: @unchecked Sendable {
         case Self.running:
             if pthread_equal(owner, pthread_self()) != 0 {
                 lock.unlock()
-                preconditionFailure("Once.perform called recursively from its own block: this would deadlock")
+                misuse("Once.perform called recursively from its own block: this would deadlock")
             }
             let context = ThreadContext.current
             let waiter = context.waiter.reset()

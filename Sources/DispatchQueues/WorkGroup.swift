@@ -36,7 +36,7 @@ public final class WorkGroup: @unchecked Sendable {
         if remaining == 0 {
             if observers.load(ordering: .sequentiallyConsistent) > 0 { fire() }
         } else if remaining < 0 {
-            preconditionFailure("Unbalanced WorkGroup.leave(): leave() called more times than enter()")
+            misuse("Unbalanced WorkGroup.leave(): leave() called more times than enter()")
         }
     }
 

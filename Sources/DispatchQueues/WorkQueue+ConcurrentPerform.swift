@@ -1,8 +1,6 @@
 import Synchronization
 import URing
 
-import Synchronization
-
 extension WorkQueue {
     /// Calls `work(i)` exactly once for every `i` in `0..<iterations`, in parallel on the worker pool, and
     /// returns when every call has returned (SEMANTICS C24).

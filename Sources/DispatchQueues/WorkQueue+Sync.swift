@@ -41,18 +41,18 @@ extension WorkQueue {
         while let queue = cursor {
             if queue.isCustom && context.holds(queue, exclusively: true) {
                 if queue === self {
-                    preconditionFailure(
+                    misuse(
                         "WorkQueue.\(operation) onto queue '\(label)' already owned by the current thread: this would deadlock"
                     )
                 }
-                preconditionFailure(
+                misuse(
                     "WorkQueue.\(operation) onto queue '\(label)', whose target chain includes queue '\(queue.label)' already owned by the current thread: this would deadlock"
                 )
             }
             cursor = queue.currentTarget
         }
         if barrier && context.holds(self, exclusively: false) {
-            preconditionFailure(
+            misuse(
                 "WorkQueue.\(operation) with .barrier onto concurrent queue '\(label)' from a block running on it: the barrier would wait for its own caller"
             )
         }

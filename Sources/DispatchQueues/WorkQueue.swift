@@ -147,8 +147,8 @@ public final class WorkQueue: @unchecked Sendable {
         let inactive = !isActive
         lock.unlock()
         // SEMANTICS C9 and C11: libdispatch crashes on both; held blocks would otherwise vanish silently.
-        precondition(!suspended, "WorkQueue '\(label)' released while suspended (resume it before the last release)")
-        precondition(!inactive, "WorkQueue '\(label)' released while inactive (activate it before the last release)")
+        if !(!suspended) { misuse("WorkQueue '\(label)' released while suspended (resume it before the last release)") }
+        if !(!inactive) { misuse("WorkQueue '\(label)' released while inactive (activate it before the last release)") }
     }
 
     // MARK: Global and main queues
@@ -297,9 +297,9 @@ public final class WorkQueue: @unchecked Sendable {
             let inactive = !isActive
             lock.unlock()
             if inactive {
-                preconditionFailure("WorkQueue.resume() on inactive queue '\(label)': use activate() to start it")
+                misuse("WorkQueue.resume() on inactive queue '\(label)': use activate() to start it")
             }
-            preconditionFailure("Over-resume of WorkQueue '\(label)': resume() called more times than suspend()")
+            misuse("Over-resume of WorkQueue '\(label)': resume() called more times than suspend()")
         }
         suspendCount -= 1
         suspendHint.store(suspendCount, ordering: .relaxed)
@@ -337,7 +337,9 @@ public final class WorkQueue: @unchecked Sendable {
         let newTarget = queue ?? WorkQueue.globalQueues[1]
         var cursor: WorkQueue? = newTarget
         while let current = cursor {
-            precondition(current !== self, "WorkQueue.setTarget: making '\(label)' target '\(newTarget.label)' creates a cycle")
+            if current === self {
+                misuse("WorkQueue.setTarget: making '\(label)' target '\(newTarget.label)' creates a cycle")
+            }
             cursor = current.currentTarget
         }
         lock.lock()
@@ -365,7 +367,7 @@ public final class WorkQueue: @unchecked Sendable {
     /// old destructor there, so that a value's `deinit` never runs under the queue's lock. The global
     /// queues do not support values: calling this on one is a programming error (C17).
     public func setSpecific<Value>(key: SpecificKey<Value>, value: Value?) {
-        precondition(isCustom, "WorkQueue.setSpecific: global queue '\(label)' does not support queue-specific values")
+        if !(isCustom) { misuse("WorkQueue.setSpecific: global queue '\(label)' does not support queue-specific values") }
         let id = ObjectIdentifier(key)
         lock.lock()
         let old: (key: AnyObject, value: any Sendable)?

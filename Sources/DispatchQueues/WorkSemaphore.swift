@@ -1,5 +1,10 @@
 import Synchronization
-import URing
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// A counting semaphore: the counterpart of `DispatchSemaphore`.
 ///
@@ -8,20 +13,29 @@ import URing
 /// imports Foundation.
 ///
 /// ``wait()`` decrements the value and blocks while it is negative; ``signal()`` increments it and wakes
-/// the longest waiter, so waiters are served in FIFO order (SEMANTICS C29). A `wait` that does not block
-/// and a `signal` that wakes nobody are a single compare-and-swap; a blocked waiter sleeps in the kernel
-/// at once (spinning first was measured slower for a two-thread ping-pong on a shared two-core machine:
-/// the spinner takes the CPU the signalling thread needs).
+/// one blocked waiter. It is libdispatch's design: the value is one atomic word, so a `wait` that does not
+/// block and a `signal` that wakes nobody are a single atomic operation, and blocked waiters sleep on a
+/// POSIX semaphore (a bare futex in glibc) that a `signal` posts once per waiter it owes. The kernel queues
+/// futex sleepers in arrival order, so waiters are woken first-come first-served (SEMANTICS C29).
+///
+/// A waiter that would block, and is the only waiter, first polls for a signal for a few microseconds, *if
+/// polling has been paying off* on this semaphore. (Only the sole waiter polls, so a poller never
+/// overtakes a sleeper that came before it; a sleeper that came after could in principle beat the poller
+/// to a post, but it needs a kernel wake-up to do so and the poller checks every few nanoseconds.) On an idle machine a two-thread ping-pong then never sleeps (well under a
+/// microsecond per round trip instead of two futex wake-ups); on a loaded one polling loses (the poller
+/// takes the CPU the signalling thread needs), the credit runs out, and waiters sleep at once, polling
+/// only on one wait in 32 to notice when things improve.
 public final class WorkSemaphore: @unchecked Sendable {
-    private let lock = Lock()
     private let initialValue: Int
-    /// Negative: minus the number of waiters. Changed by compare-and-swap on the fast paths (a `wait` that
-    /// does not block, a `signal` that wakes nobody) and under `lock` otherwise, so that a waiter's
-    /// decrement and its registration are one step for any `signal` that finds the value negative.
+    /// Negative: minus the number of blocked waiters (each owed one post).
     private let value: Atomic<Int>
-    // Guarded by `lock`.
-    private var waiters: [Waiter] = []
-    private var firstWaiter = 0
+    private let sleepers: UnsafeMutablePointer<sem_t>
+    /// How many recent polls found a signal, capped; zero means waiters sleep at once.
+    private let pollCredit = Atomic<Int>(1)
+    private let waitsWithoutCredit = Atomic<Int>(0)
+
+    /// Attempts to take a pending post per poll (`sem_trywait` is a user-space atomic in glibc).
+    static let polls = 2_000
 
     /// Creates a semaphore with a starting value.
     ///
@@ -29,19 +43,23 @@ public final class WorkSemaphore: @unchecked Sendable {
     /// Releasing the semaphore while its value is below `value` (someone still owes a signal, or waits)
     /// also stops the process, as libdispatch does (C30).
     public init(value: Int) {
-        precondition(value >= 0, "WorkSemaphore(value:) with a negative value (\(value))")
+        if !(value >= 0) { misuse("WorkSemaphore(value:) with a negative value (\(value))") }
         initialValue = value
         self.value = Atomic(value)
+        sleepers = .allocate(capacity: 1)
+        sleepers.initialize(to: sem_t())
+        sem_init(sleepers, 0, 0)
     }
 
     deinit {
-        lock.lock()
         let current = value.load(ordering: .acquiring)
-        lock.unlock()
-        precondition(
-            current >= initialValue,
-            "WorkSemaphore deallocated while in use: value \(current) is below its initial value \(initialValue)"
-        )
+        if current < initialValue {
+            misuse(
+                "WorkSemaphore deallocated while in use: value \(current) is below its initial value \(initialValue)"
+            )
+        }
+        sem_destroy(sleepers)
+        sleepers.deallocate()
     }
 
     /// Increments the value, waking the longest-waiting thread if there is one.
@@ -49,80 +67,91 @@ public final class WorkSemaphore: @unchecked Sendable {
     /// - Returns: Non-zero if a waiter was woken, zero otherwise (SEMANTICS C29).
     @discardableResult
     public func signal() -> Int {
-        var current = value.load(ordering: .relaxed)
-        while current >= 0 {
-            let (exchanged, original) = value.compareExchange(
-                expected: current,
-                desired: current + 1,
-                ordering: .releasing
-            )
-            if exchanged { return 0 }
-            current = original
-        }
-        lock.lock()
-        value.wrappingAdd(1, ordering: .acquiringAndReleasing)
-        guard firstWaiter < waiters.count else {
-            lock.unlock()
-            return 0
-        }
-        let waiter = waiters[firstWaiter]
-        firstWaiter += 1
-        if firstWaiter == waiters.count {
-            waiters.removeAll(keepingCapacity: true)
-            firstWaiter = 0
-        }
-        waiter.wake()
-        lock.unlock()
-        waiter.parker.unpark()
+        if value.wrappingAdd(1, ordering: .releasing).newValue > 0 { return 0 }
+        sem_post(sleepers)
         return 1
     }
 
     /// Decrements the value, blocking until a ``signal()`` if it becomes negative.
     public func wait() {
-        _ = wait(deadline: nil)
+        let after = value.wrappingSubtract(1, ordering: .acquiring).newValue
+        if after >= 0 { return }
+        if after == -1 && pollForSignal() { return }
+        let context = ThreadContext.current
+        context.willBlock()
+        while sem_wait(sleepers) != 0 {}
+        context.didUnblock()
     }
 
     /// Decrements the value, blocking until a ``signal()`` or `timeout`.
     ///
     /// - Returns: `.success`, or `.timedOut` after undoing the decrement (SEMANTICS C29).
     public func wait(timeout: ContinuousClock.Instant) -> TimeoutResult {
-        wait(deadline: timeout)
+        let after = value.wrappingSubtract(1, ordering: .acquiring).newValue
+        if after >= 0 { return .success }
+        if after == -1 && timeout > .now && pollForSignal() { return .success }
+        let context = ThreadContext.current
+        context.willBlock()
+        defer { context.didUnblock() }
+        while true {
+            let remaining = ContinuousClock.now.duration(to: timeout)
+            if remaining > .zero {
+                // sem_timedwait only takes CLOCK_REALTIME: wait for the remaining time measured on that
+                // clock, then re-check the continuous clock, so a wall-clock step never makes us early.
+                var deadline = timespec()
+                clock_gettime(CLOCK_REALTIME, &deadline)
+                let (seconds, attoseconds) = remaining.components
+                var nanos = Int64(deadline.tv_nsec) + (attoseconds + 999_999_999) / 1_000_000_000
+                var secs = Int64(deadline.tv_sec) + min(seconds, Int64(Int32.max))
+                if nanos >= 1_000_000_000 {
+                    nanos -= 1_000_000_000
+                    secs += 1
+                }
+                deadline.tv_sec = Int(secs)
+                deadline.tv_nsec = Int(nanos)
+                if sem_timedwait(sleepers, &deadline) == 0 { return .success }
+                if errno != ETIMEDOUT { continue }
+                if ContinuousClock.now < timeout { continue }
+            } else if sem_trywait(sleepers) == 0 {
+                return .success
+            }
+            // Timed out: give the decrement back, unless a signal already counted on us, in which case its
+            // post is on its way and is ours.
+            var current = value.load(ordering: .relaxed)
+            while current < 0 {
+                let (exchanged, original) = value.compareExchange(
+                    expected: current,
+                    desired: current + 1,
+                    ordering: .relaxed
+                )
+                if exchanged { return .timedOut }
+                current = original
+            }
+            while sem_wait(sleepers) != 0 {}
+            return .success
+        }
+    }
+
+    /// Having decremented below zero, polls briefly for the post a `signal` owes us; adjusts the credit.
+    private func pollForSignal() -> Bool {
+        let credit = pollCredit.load(ordering: .relaxed)
+        if credit == 0 && waitsWithoutCredit.wrappingAdd(1, ordering: .relaxed).newValue % 32 != 0 {
+            return false
+        }
+        var polls = 0
+        while polls < Self.polls {
+            if sem_trywait(sleepers) == 0 {
+                if credit < 4 { pollCredit.store(credit + 1, ordering: .relaxed) }
+                return true
+            }
+            polls += 1
+        }
+        pollCredit.store(credit / 2, ordering: .relaxed)
+        return false
     }
 
     /// Decrements the value, blocking until a ``signal()`` or until `timeout` has elapsed from now.
     public func wait(timeout: Duration) -> TimeoutResult {
-        wait(deadline: .now + timeout)
-    }
-
-    private func wait(deadline: ContinuousClock.Instant?) -> TimeoutResult {
-        var current = value.load(ordering: .relaxed)
-        while current > 0 {
-            let (exchanged, original) = value.compareExchange(
-                expected: current,
-                desired: current - 1,
-                ordering: .acquiring
-            )
-            if exchanged { return .success }
-            current = original
-        }
-        if let deadline, deadline <= .now { return .timedOut }
-        let context = ThreadContext.current
-        let waiter = context.waiter.reset()
-        lock.lock()
-        if value.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue >= 0 {
-            // A signal came in since the fast path.
-            lock.unlock()
-            return .success
-        }
-        waiters.append(waiter)
-        lock.unlock()
-        context.willBlock()
-        defer { context.didUnblock() }
-        return blockUntilWoken(waiter, deadline: deadline, lock: lock) { [self] in
-            if let index = waiters[firstWaiter...].firstIndex(where: { $0 === waiter }) {
-                waiters.remove(at: index)
-            }
-            value.wrappingAdd(1, ordering: .relaxed)
-        }
+        wait(timeout: .now + timeout)
     }
 }

@@ -1,10 +1,11 @@
+import DispatchQueues
+import Testing
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import DispatchQueues
-import Testing
 
 /// Programming errors stop the process with a message naming the misuse (SEMANTICS C4, C9, C11, C25, C28,
 /// C29, C30, C31). Each runs in a child process.
@@ -13,57 +14,63 @@ struct MisuseTests {
     // C28
     @Test("leave without enter")
     func leaveWithoutEnter() async {
-        await #expect(processExitsWith: .failure) {
+        let result0 = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             WorkGroup().leave()
         }
+        expectMessage(result0, "Unbalanced WorkGroup.leave()")
     }
 
     // C9
     @Test("resume below zero")
     func overResume() async {
-        await #expect(processExitsWith: .failure) {
+        let result0 = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = WorkQueue(label: "over")
             queue.suspend()
             queue.resume()
             queue.resume()
         }
+        expectMessage(result0, "Over-resume of WorkQueue 'over'")
     }
 
     // C11
     @Test("resume on an inactive queue")
     func resumeInactive() async {
-        await #expect(processExitsWith: .failure) {
+        let result0 = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             WorkQueue(label: "inactive", attributes: .initiallyInactive).resume()
         }
+        expectMessage(result0, "WorkQueue.resume() on inactive queue 'inactive'")
     }
 
     // C9
     @Test("releasing a suspended queue")
     func releaseSuspended() async {
-        await #expect(processExitsWith: .failure) {
+        let result0 = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             do {
                 let queue = WorkQueue(label: "suspended")
                 queue.suspend()
             }
         }
+        expectMessage(result0, "WorkQueue 'suspended' released while suspended")
     }
 
     // C11
     @Test("releasing an inactive queue")
     func releaseInactive() async {
-        await #expect(processExitsWith: .failure) {
+        let result0 = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             do { _ = WorkQueue(label: "never activated", attributes: .initiallyInactive) }
         }
+        expectMessage(result0, "WorkQueue 'never activated' released while inactive")
     }
 
     // C4
     @Test("sync onto the queue you are on")
     func syncOntoSelf() async {
-        await #expect(processExitsWith: .failure) {
+        let result0 = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = WorkQueue(label: "self")
             queue.sync { queue.sync {} }
         }
-        await #expect(processExitsWith: .failure) {
+        expectMessage(result0, "WorkQueue.sync onto queue 'self' already owned by the current thread")
+        let result1 = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = WorkQueue(label: "self.async")
             let done = WorkSemaphore(value: 0)
             queue.async {
@@ -72,19 +79,21 @@ struct MisuseTests {
             }
             done.wait()
         }
+        expectMessage(result1, "WorkQueue.sync onto queue 'self.async' already owned by the current thread")
     }
 
     // C4: through a target chain.
     @Test("sync onto a queue whose target chain you hold")
     func syncThroughChain() async {
-        await #expect(processExitsWith: .failure) {
+        let result0 = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let root = WorkQueue(label: "root")
             let middle = WorkQueue(label: "middle", attributes: .concurrent, target: root)
             let leaf = WorkQueue(label: "leaf", target: middle)
             root.sync { leaf.sync {} }
         }
+        expectMessage(result0, "whose target chain includes queue 'root' already owned by the current thread")
         // Through a handoff: the inner sync runs on a worker on behalf of a blocked caller.
-        await #expect(processExitsWith: .failure) {
+        let result1 = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let a = WorkQueue(label: "a")
             let b = WorkQueue(label: "b")
             let gate = WorkSemaphore(value: 0)
@@ -92,47 +101,73 @@ struct MisuseTests {
             WorkQueue.global().async { gate.signal() }
             a.sync { b.sync { a.sync {} } }
         }
+        expectMessage(result1, "WorkQueue.sync onto queue 'a' already owned by the current thread")
     }
 
     // C6/C4: a barrier sync onto the concurrent queue you are running on would wait for itself.
     @Test("barrier sync onto the concurrent queue you are on")
     func barrierSyncOntoSelf() async {
-        await #expect(processExitsWith: .failure) {
+        let result0 = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = WorkQueue(label: "wide", attributes: .concurrent)
             queue.sync { queue.sync(flags: .barrier) {} }
         }
+        expectMessage(result0, "WorkQueue.sync with .barrier onto concurrent queue 'wide'")
     }
 
     // C25
     @Test("concurrentPerform on the serial queue you are on")
     func applyOntoSelf() async {
-        await #expect(processExitsWith: .failure) {
+        let result0 = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let queue = WorkQueue(label: "apply")
             queue.sync { queue.concurrentPerform(iterations: 2) { _ in } }
         }
+        expectMessage(result0, "WorkQueue.concurrentPerform onto queue 'apply' already owned")
     }
 
     // C31
     @Test("recursive once")
     func recursiveOnce() async {
-        await #expect(processExitsWith: .failure) {
+        let result0 = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             let once = Once()
             once.perform { once.perform {} }
         }
+        expectMessage(result0, "Once.perform called recursively")
     }
 
     // C29, C30
     @Test("semaphore misuse")
     func semaphoreMisuse() async {
-        await #expect(processExitsWith: .failure) {
+        let result0 = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             _ = WorkSemaphore(value: -1)
         }
-        await #expect(processExitsWith: .failure) {
+        expectMessage(result0, "WorkSemaphore(value:) with a negative value (-1)")
+        let result1 = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
             do {
                 let semaphore = WorkSemaphore(value: 1)
                 semaphore.wait()
             }
         }
+        expectMessage(result1, "WorkSemaphore deallocated while in use")
+    }
+
+    // C17
+    @Test("setSpecific on a global queue")
+    func specificOnGlobal() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            WorkQueue.global().setSpecific(key: WorkQueue.SpecificKey<Int>(), value: 1)
+        }
+        expectMessage(result, "does not support queue-specific values")
+    }
+
+    // C13: cycles are undefined in C; ours refuses them.
+    @Test("target cycle")
+    func targetCycle() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let a = WorkQueue(label: "a", attributes: .initiallyInactive)
+            let b = WorkQueue(label: "b", target: a)
+            a.setTarget(queue: b)
+        }
+        expectMessage(result, "creates a cycle")
     }
 
     // C19: dispatchMain drains the main queue in order and never returns; the process ends by exit.
@@ -152,4 +187,10 @@ struct MisuseTests {
             dispatchMain()
         }
     }
+}
+
+/// Checks that a child process's standard error names the misuse.
+func expectMessage(_ result: ExitTest.Result?, _ fragment: String, sourceLocation: SourceLocation = #_sourceLocation) {
+    let text = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+    #expect(text.contains(fragment), "standard error was: \(text.prefix(1_000))", sourceLocation: sourceLocation)
 }

@@ -192,7 +192,12 @@ struct QueueTests {
         let entries = logQueue.sync { log.value }
         #expect(entries == Array(repeating: "before", count: 10) + ["barrier"] + Array(repeating: "after", count: 10))
         let running = ConcurrencyProbe()
-        for _ in 0..<20 { queue.async { running.enter(); running.leave() } }
+        for _ in 0..<20 {
+            queue.async {
+                running.enter()
+                running.leave()
+            }
+        }
         let alone = queue.sync(flags: .barrier) { running.current == 0 }
         #expect(alone)
     }

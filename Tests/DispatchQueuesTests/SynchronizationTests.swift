@@ -205,7 +205,12 @@ struct SynchronizationTests {
         let concurrent = WorkQueue(label: "items.c", attributes: .concurrent)
         let probe = ConcurrencyProbe()
         let group = WorkGroup()
-        for _ in 0..<50 { concurrent.async(group: group) { probe.enter(); probe.leave() } }
+        for _ in 0..<50 {
+            concurrent.async(group: group) {
+                probe.enter()
+                probe.leave()
+            }
+        }
         let alone = Atomic<Bool>(false)
         let barrier = WorkItem(flags: .barrier) { alone.store(probe.current == 0, ordering: .relaxed) }
         concurrent.async(execute: barrier)

@@ -500,9 +500,9 @@ struct EngineTests {
                 engine.write(full, from: UnsafeRawBufferPointer(buffer.bytes), at: nil, keepAlive: buffer, then: $0)
             }
             #expect(completion == IOCompletion(result: 0, error: .noSpace))
-            // A pipe with no reader: EPIPE, and the process is still here (SIGPIPE is ignored for the test).
-            let previous = signal(SIGPIPE, SIG_IGN)
-            defer { signal(SIGPIPE, previous) }
+            // A pipe with no reader: EPIPE, and the process is still here, with SIGPIPE at its default
+            // action (which would end it) — the engine's threads block it.
+            signal(SIGPIPE, SIG_DFL)
             let pipe = Pipe()
             close(pipe.read)
             defer { close(pipe.write) }

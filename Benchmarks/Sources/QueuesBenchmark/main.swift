@@ -3,14 +3,15 @@
 // Every row runs ours and theirs alternately (A B A B ...) for `rounds` rounds and prints the medians and
 // the ratio ours/theirs (below 1.0: ours is faster). Build with `swift build -c release` in Benchmarks/
 // and run `.build/release/QueuesBenchmark [rounds]`.
+import Dispatch
+import DispatchQueues
+import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import Dispatch
-import DispatchQueues
-import Synchronization
 
 let rounds = CommandLine.arguments.count > 1 ? Int(CommandLine.arguments[1]) ?? 5 : 5
 let million = 1_000_000
@@ -31,7 +32,8 @@ func timed(_ operations: Int, _ body: () -> Void) -> Double {
 
 func median(_ values: [Double]) -> Double {
     let sorted = values.sorted()
-    return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+    return sorted.count % 2 == 1
+        ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
 }
 
 func pad(_ text: String, _ width: Int = 44) -> String {
@@ -273,10 +275,13 @@ for _ in 0..<(runTimers ? rounds : 0) {
         theirsEarly += early
     }
 }
-for (name, mine, their, reference) in !runTimers ? [] : [
-    ("10,000 asyncAfter timers, lateness p50", oursP50, theirsP50, "5.6 us"),
-    ("10,000 asyncAfter timers, lateness p99", oursP99, theirsP99, "8 us"),
-] {
+for (name, mine, their, reference) in !runTimers
+    ? []
+    : [
+        ("10,000 asyncAfter timers, lateness p50", oursP50, theirsP50, "5.6 us"),
+        ("10,000 asyncAfter timers, lateness p99", oursP99, theirsP99, "8 us"),
+    ]
+{
     print(
         pad(name),
         format(median(mine), unit: "us"),
@@ -285,4 +290,6 @@ for (name, mine, their, reference) in !runTimers ? [] : [
         "  (issue: \(reference))"
     )
 }
-if runTimers { print("timers fired early: ours \(oursEarly), libdispatch \(theirsEarly) (over \(rounds * timerCount) each)") }
+if runTimers {
+    print("timers fired early: ours \(oursEarly), libdispatch \(theirsEarly) (over \(rounds * timerCount) each)")
+}

@@ -1,9 +1,10 @@
+import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import Synchronization
 
 /// One thread's sleep and wake-up primitive: a permit that `unpark` grants and `park` consumes.
 ///

@@ -11,8 +11,12 @@ final class SyncRequest: @unchecked Sendable {
     private let parker: Parker
     private let done = Atomic<Bool>(false)
 
-    init(body: UnsafeMutablePointer<() -> Void>, callerFrame: UnsafeMutablePointer<Frame>?, barrier: Bool, parker: Parker)
-    {
+    init(
+        body: UnsafeMutablePointer<() -> Void>,
+        callerFrame: UnsafeMutablePointer<Frame>?,
+        barrier: Bool,
+        parker: Parker
+    ) {
         self.body = UnsafeMutableRawPointer(body)
         self.callerFrame = callerFrame
         self.barrier = barrier

@@ -1,9 +1,10 @@
+import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import Synchronization
 
 /// What a thread is running right now: one frame per queue it holds, innermost first.
 ///
@@ -25,7 +26,10 @@ struct Frame {
 }
 
 /// Walks `start` and everything reachable through `parent` and `inherited` links.
-func anyFrame(from start: UnsafeMutablePointer<Frame>?, where predicate: (UnsafeMutablePointer<Frame>) -> Bool)
+func anyFrame(
+    from start: UnsafeMutablePointer<Frame>?,
+    where predicate: (UnsafeMutablePointer<Frame>) -> Bool
+)
     -> Bool
 {
     var cursor = start
@@ -153,4 +157,12 @@ final class Waiter: @unchecked Sendable {
     }
 
     var isWoken: Bool { woken.load(ordering: .acquiring) }
+}
+
+/// Stops the process because of a programming error, printing `message`.
+///
+/// `fatalError`, not `preconditionFailure`: optimised builds drop a precondition's message, and a misuse
+/// report that does not name the misuse is the garbled crash the design rules out.
+func misuse(_ message: @autoclosure () -> String, file: StaticString = #fileID, line: UInt = #line) -> Never {
+    fatalError(message(), file: file, line: line)
 }

@@ -4,7 +4,10 @@ import URing
 
 /// Arms one engine timeout. The only place the module talks to the engine about time: the handler runs on
 /// the engine's ring thread with `true` when the deadline passed, `false` when the timeout was removed.
-func armEngineTimeout(at deadline: ContinuousClock.Instant, _ handler: @escaping @Sendable (Bool) -> Void)
+func armEngineTimeout(
+    at deadline: ContinuousClock.Instant,
+    _ handler: @escaping @Sendable (Bool) -> Void
+)
     -> OperationID
 {
     IOEngine.shared.timeout(deadline: deadline) { completion in handler(completion.error == nil) }

@@ -1,10 +1,11 @@
+import Synchronization
+import URing
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import Synchronization
-import URing
 
 /// The threads that run every queue except the main queue.
 ///

@@ -85,6 +85,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             nil,
             { context in
                 let start = Unmanaged<ThreadStart>.fromOpaque(context!).takeRetainedValue()
+                blockSIGPIPEInThisThread()
                 start.body(start.backend)
                 return nil
             },

@@ -11,6 +11,17 @@ extension EngineBackend {
     }
 }
 
+/// Blocks `SIGPIPE` in the calling engine thread. A write to a pipe or socket whose reader has gone
+/// raises `SIGPIPE` in the thread that made the system call, and its default action ends the process;
+/// blocked, it stays pending on that thread and the write reports `EPIPE`, which the handler gets.
+/// (io_uring's own worker threads block every signal already.)
+func blockSIGPIPEInThisThread() {
+    var set = sigset_t()
+    sigemptyset(&set)
+    sigaddset(&set, SIGPIPE)
+    pthread_sigmask(SIG_BLOCK, &set, nil)
+}
+
 /// What a backend needs to offer; ``IOEngine`` validates arguments and builds the ``Op``.
 protocol EngineBackend: Sendable {
     /// Hands `op` to the engine; `handler` runs exactly once.

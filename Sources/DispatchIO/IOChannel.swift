@@ -1,0 +1,331 @@
+import DispatchData
+import DispatchQueues
+import SystemPackage
+import URing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A channel for asynchronous reads and writes on a file descriptor, on io_uring: the counterpart of the
+/// toolchain's `DispatchIO`.
+///
+/// A *stream* channel reads and writes at the descriptor's current position, one operation at a time in
+/// submission order; a *random* channel reads and writes at offsets relative to the position the
+/// descriptor had when the channel was created, several operations at once. Every operation reports to
+/// its handler through `(done, data, error)` calls whose exact sequences are documented on
+/// ``read(offset:length:queue:handler:)`` and ``write(offset:data:queue:handler:)``.
+///
+/// Channels made from the same descriptor number, and channels made from them, share the descriptor:
+/// barriers wait for all their operations, and cleanup handlers run only once all of them are closed and
+/// idle. The channel never changes the descriptor's flags (the engine never blocks a thread on it), and
+/// never closes a descriptor it was given; it closes the ones it opened from a path, before the cleanup
+/// handler runs. Writes to a pipe or socket whose reader has gone report `EPIPE`; `SIGPIPE` never
+/// reaches the process from a channel's write.
+public final class IOChannel: Sendable {
+    /// How a channel reads and writes.
+    public enum StreamType: Sendable {
+        /// At the descriptor's current position, which advances; offsets are ignored (B8).
+        case stream
+        /// At offsets relative to the descriptor's position at creation; the position never moves (B10).
+        case random
+    }
+
+    /// Flags for ``close(flags:)``.
+    public struct CloseFlags: OptionSet, Sendable {
+        public let rawValue: UInt
+        /// Creates flags from their raw value.
+        public init(rawValue: UInt) { self.rawValue = rawValue }
+        /// Cancel unfinished operations: they end with `ECANCELED` (B30).
+        public static let stop = CloseFlags(rawValue: 1)
+    }
+
+    /// Flags for ``setInterval(interval:flags:)``.
+    public struct IntervalFlags: OptionSet, Sendable {
+        public let rawValue: UInt
+        /// Creates flags from their raw value.
+        public init(rawValue: UInt) { self.rawValue = rawValue }
+        /// Deliver at every interval, whatever the low water mark, even with no new data (B27).
+        public static let strictInterval = IntervalFlags(rawValue: 1)
+    }
+
+    let core: ChannelCore
+
+    /// Creates a channel on an open descriptor.
+    ///
+    /// The channel is returned at once, even for a bad descriptor (B2). The descriptor is checked
+    /// asynchronously: if it is invalid (`EBADF`), a directory (`EISDIR`), or a pipe or socket for a random
+    /// channel (`ESPIPE`), the cleanup handler runs promptly with that error, and every operation ends with
+    /// one call carrying it.
+    ///
+    /// - Parameters:
+    ///   - type: Stream or random access.
+    ///   - fileDescriptor: The descriptor; the channel never closes it. Close it in the cleanup handler.
+    ///   - queue: Where the cleanup handler runs.
+    ///   - cleanupHandler: Runs exactly once, on `queue`: with the validation error promptly if the
+    ///     descriptor is unusable, otherwise with `nil` once this channel and every channel sharing the
+    ///     descriptor are closed (or released) and all their operations have delivered their final calls.
+    ///     Errors of individual operations never reach it (B5).
+    public convenience init(
+        type: StreamType,
+        fileDescriptor: FileDescriptor,
+        queue: WorkQueue,
+        cleanupHandler: @escaping @Sendable (_ error: Errno?) -> Void
+    ) {
+        self.init(type: type, fileDescriptor: fileDescriptor, queue: queue, engine: .shared, cleanupHandler: cleanupHandler)
+    }
+
+    package init(
+        type: StreamType,
+        fileDescriptor: FileDescriptor,
+        queue: WorkQueue,
+        engine: IOEngine,
+        cleanupHandler: @escaping @Sendable (_ error: Errno?) -> Void
+    ) {
+        let entry = FileEntry.forDescriptor(fileDescriptor.rawValue, engine: engine)
+        core = ChannelCore(entry: entry, type: type, queue: queue, cleanupHandler: cleanupHandler)
+        entry.attach(core)
+    }
+
+    /// Creates a channel on a file that it opens itself, at its first operation (B41).
+    ///
+    /// Returns `nil` when `path` is not absolute (B39). The path is checked asynchronously: a missing file
+    /// (without `.create`), a directory, or a FIFO or socket for a random channel make the cleanup handler
+    /// run promptly with the error, and every operation fail with it (B40). If the open itself fails
+    /// (`EACCES`, …), every operation fails with that error, and the cleanup handler still gets `nil` (B42).
+    ///
+    /// - Parameters:
+    ///   - type: Stream or random access.
+    ///   - path: An absolute path.
+    ///   - mode: How to open it.
+    ///   - options: Open options (`.create`, `.truncate`, `.append`, `.exclusiveCreate`, `.noFollow`, …).
+    ///   - permissions: For a file that `.create` makes.
+    ///   - queue: Where the cleanup handler runs.
+    ///   - cleanupHandler: Runs exactly once on `queue`, after the channel closed the file (B43); see
+    ///     ``init(type:fileDescriptor:queue:cleanupHandler:)``.
+    public convenience init?(
+        type: StreamType,
+        path: FilePath,
+        mode: FileDescriptor.AccessMode,
+        options: FileDescriptor.OpenOptions = [],
+        permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead],
+        queue: WorkQueue,
+        cleanupHandler: @escaping @Sendable (_ error: Errno?) -> Void
+    ) {
+        self.init(
+            type: type,
+            path: path,
+            mode: mode,
+            options: options,
+            permissions: permissions,
+            queue: queue,
+            engine: .shared,
+            cleanupHandler: cleanupHandler
+        )
+    }
+
+    package init?(
+        type: StreamType,
+        path: FilePath,
+        mode: FileDescriptor.AccessMode,
+        options: FileDescriptor.OpenOptions = [],
+        permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead],
+        queue: WorkQueue,
+        engine: IOEngine,
+        cleanupHandler: @escaping @Sendable (_ error: Errno?) -> Void
+    ) {
+        guard path.isAbsolute else { return nil }
+        let flags = mode.rawValue | options.rawValue
+        let entry = FileEntry.forPath(path, flags: flags, permissions: permissions, engine: engine)
+        core = ChannelCore(entry: entry, type: type, queue: queue, cleanupHandler: cleanupHandler)
+        entry.attach(core)
+    }
+
+    /// Creates a channel on the same file as `channel` (B45–B47).
+    ///
+    /// From a descriptor channel, the new channel shares its descriptor, its barriers and its cleanup timing;
+    /// a random channel's offsets start at the descriptor's position now. From a path channel, the new
+    /// channel opens the path again on its own. Water marks and interval start at their defaults. If
+    /// `channel` is already closed, the new channel fails with `ECANCELED` like a channel on a bad descriptor.
+    ///
+    /// - Parameters:
+    ///   - type: Stream or random access.
+    ///   - channel: The channel whose file to use.
+    ///   - queue: Where the cleanup handler runs.
+    ///   - cleanupHandler: Runs exactly once on `queue`; see ``init(type:fileDescriptor:queue:cleanupHandler:)``.
+    public init(
+        type: StreamType,
+        io channel: IOChannel,
+        queue: WorkQueue,
+        cleanupHandler: @escaping @Sendable (_ error: Errno?) -> Void
+    ) {
+        let source = channel.core.entry
+        let entry: FileEntry
+        switch source.source {
+        case .descriptor:
+            entry = source
+        case .path(let path, let flags, let permissions):
+            entry = FileEntry.forPath(path, flags: flags, permissions: permissions, engine: source.engine)
+        }
+        core = ChannelCore(entry: entry, type: type, queue: queue, cleanupHandler: cleanupHandler)
+        if channel.core.isClosed {
+            core.markFailed(.canceled)
+        }
+        entry.attach(core)
+    }
+
+    deinit {
+        // Releasing a channel without closing it closes it (B6).
+        core.close(stop: false)
+    }
+
+    // MARK: Operations
+
+    /// Reads up to `length` bytes, or to end of file with `Int.max` (B14).
+    ///
+    /// The handler runs on `queue`, one call at a time and in order even when `queue` is concurrent (B13):
+    ///
+    /// - zero or more `(false, data, nil)` calls with the data read since the last call, each at least the
+    ///   low water mark and at most the high water mark in size (B24), or anything buffered at a strict
+    ///   interval, possibly empty (B27);
+    /// - then exactly one final call: `(true, rest, nil)` when `length` bytes were read (the rest may be
+    ///   empty: an exact-length read of a file is one call, B16); `(true, empty, nil)` at end of file
+    ///   (B17); `(true, nil, error)` on an error, after a `(false, data, nil)` call with anything buffered
+    ///   (B18). A closed or stopped channel, or one whose file failed, gives only the final call.
+    ///
+    /// A zero-length read completes at once with `(true, empty, nil)` (B12).
+    ///
+    /// - Parameters:
+    ///   - offset: For a random channel, the position relative to the descriptor's position when the
+    ///     channel was created; ignored by stream channels. Negative offsets fail with `EINVAL`.
+    ///   - length: Bytes to read; `Int.max` reads to end of file. Negative lengths fail with `EINVAL`.
+    ///   - queue: Where the handler runs.
+    ///   - handler: Receives `done`, the data (which belongs to you from then on), and the error.
+    public func read(
+        offset: Int64,
+        length: Int,
+        queue: WorkQueue,
+        handler: @escaping @Sendable (_ done: Bool, _ data: DispatchDataBuffer?, _ error: Errno?) -> Void
+    ) {
+        if length == 0 {
+            queue.async { handler(true, DispatchDataBuffer(), nil) }
+            return
+        }
+        let operation = ReadOperation(
+            channel: core,
+            offset: offset,
+            length: length,
+            settings: core.currentSettings,
+            queue: queue,
+            handler: handler
+        )
+        if length < 0 || (type == .random && offset < 0) {
+            operation.fail(.invalidArgument)
+        } else if let refusal = core.refusal {
+            operation.fail(refusal)
+        } else {
+            core.entry.enqueue(.operation(operation))
+        }
+    }
+
+    /// Writes `data`.
+    ///
+    /// The handler runs on `queue`, one call at a time and in order (B13):
+    ///
+    /// - zero or more `(false, remaining, nil)` calls, each after at least the low water mark was written
+    ///   since the last one, with the data not yet written (B19, B26);
+    /// - then exactly one final call: `(true, nil, nil)` when everything was written; `(true, remaining,
+    ///   error)` on an error, with exactly the data that was not written (all of it if nothing was).
+    ///
+    /// Empty data completes at once with `(true, nil, nil)` (B12). The data's regions go to the kernel as
+    /// they are (`writev`); nothing is copied.
+    ///
+    /// - Parameters:
+    ///   - offset: As for ``read(offset:length:queue:handler:)``.
+    ///   - data: The bytes to write.
+    ///   - queue: Where the handler runs.
+    ///   - handler: Receives `done`, the data not yet written, and the error.
+    public func write(
+        offset: Int64,
+        data: DispatchDataBuffer,
+        queue: WorkQueue,
+        handler: @escaping @Sendable (_ done: Bool, _ data: DispatchDataBuffer?, _ error: Errno?) -> Void
+    ) {
+        if data.isEmpty {
+            queue.async { handler(true, nil, nil) }
+            return
+        }
+        let operation = WriteOperation(
+            channel: core,
+            offset: offset,
+            data: data,
+            settings: core.currentSettings,
+            queue: queue,
+            handler: handler
+        )
+        if type == .random && offset < 0 {
+            operation.fail(.invalidArgument)
+        } else if let refusal = core.refusal {
+            operation.fail(refusal)
+        } else {
+            core.entry.enqueue(.operation(operation))
+        }
+    }
+
+    /// Closes the channel.
+    ///
+    /// Without `.stop`, operations already submitted run to completion; operations submitted afterwards
+    /// fail at once with `ECANCELED` (B28). With `.stop`, unfinished operations end with their `ECANCELED`
+    /// sequence too (B30). A second close is ignored, except that `.stop` after a plain close still stops
+    /// (B32).
+    public func close(flags: CloseFlags = []) {
+        core.close(stop: flags.contains(.stop))
+    }
+
+    /// Runs `barrier` once, on a global queue, after every operation submitted earlier on this channel and
+    /// on every channel sharing its descriptor has completed; operations submitted later wait until it
+    /// returns (B48, B49). It may use ``fileDescriptor`` (`fsync`, `lseek`), but must not close it.
+    public func barrier(execute barrier: @escaping @Sendable () -> Void) {
+        core.entry.enqueue(.barrier(barrier))
+    }
+
+    /// The descriptor, or `nil` once the channel is closed or stopped, if it failed, or, for a path
+    /// channel, before the file has been opened (B50).
+    public var fileDescriptor: FileDescriptor? {
+        core.descriptor.map { FileDescriptor(rawValue: $0) }
+    }
+
+    /// The channel's type.
+    public var type: StreamType { core.type }
+
+    /// Sets the most data one non-final read call delivers, for operations submitted afterwards (B7, B22).
+    /// 0 counts as 1; a low water mark above it is lowered to it.
+    public func setLimit(highWater: Int) {
+        core.update { settings in
+            settings.highWater = max(highWater, 1)
+            if settings.lowWater > settings.highWater { settings.lowWater = settings.highWater }
+        }
+    }
+
+    /// Sets the least data a non-final call delivers, for operations submitted afterwards (B7, B23); a high
+    /// water mark below it is raised to it. The default is 1 MiB (B21): a pipe read delivers nothing before
+    /// 1 MiB or end of file unless this is lowered (B25).
+    public func setLimit(lowWater: Int) {
+        core.update { settings in
+            settings.lowWater = max(lowWater, 0)
+            if settings.highWater < settings.lowWater { settings.highWater = max(settings.lowWater, 1) }
+        }
+    }
+
+    /// Delivers at least every `interval` for operations submitted afterwards (B27): with
+    /// `.strictInterval`, whatever was read since the last call, even nothing; without it, only what has
+    /// reached the low water mark. `.zero` turns it off.
+    public func setInterval(interval: Duration, flags: IntervalFlags = []) {
+        core.update { settings in
+            settings.interval = interval > .zero ? interval : nil
+            settings.strictInterval = flags.contains(.strictInterval)
+        }
+    }
+}
+
+extension WorkQueue: DeallocationQueue {}

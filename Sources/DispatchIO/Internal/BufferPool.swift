@@ -1,0 +1,84 @@
+import DispatchData
+import URing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Page-aligned read buffers of one size, reused instead of freed.
+///
+/// A fresh `malloc` of a large block is a fresh `mmap`: every page faults and is zeroed on first touch,
+/// which costs as much as the copy from the page cache that fills it. Reused buffers are already
+/// faulted in. A buffer goes back to the pool when the last `DispatchDataBuffer` region over it is
+/// released, on the releasing thread; the pool keeps at most `limit` idle buffers, so memory stays
+/// bounded by what is in use plus that.
+final class BufferPool: @unchecked Sendable {
+    let size: Int
+    private let limit: Int
+    private let lock = Lock()
+    private var idle: [UnsafeMutableRawPointer] = []
+
+    init(size: Int, limit: Int) {
+        self.size = size
+        self.limit = limit
+    }
+
+    /// The pool for read chunks of regular files and streams.
+    static let shared = BufferPool(size: IOTuning.chunkSize, limit: 16)
+
+    func take() -> UnsafeMutableRawPointer {
+        if let buffer = lock.withLock({ idle.popLast() }) { return buffer }
+        var pointer: UnsafeMutableRawPointer?
+        let rc = posix_memalign(&pointer, 4096, size)
+        precondition(rc == 0 && pointer != nil, "out of memory allocating a \(size)-byte I/O buffer")
+        return pointer!
+    }
+
+    func give(_ buffer: UnsafeMutableRawPointer) {
+        let kept = lock.withLock { () -> Bool in
+            guard idle.count < limit else { return false }
+            idle.append(buffer)
+            return true
+        }
+        if !kept { free(buffer) }
+    }
+
+    /// Wraps the first `count` bytes of `buffer` as data that returns `buffer` to the pool when released.
+    func data(_ buffer: UnsafeMutableRawPointer, count: Int) -> DispatchDataBuffer {
+        guard count > 0 else {
+            give(buffer)
+            return DispatchDataBuffer()
+        }
+        return DispatchDataBuffer(
+            bytesNoCopy: UnsafeRawBufferPointer(start: buffer, count: count),
+            deallocator: .custom(nil) { [self, address = UInt(bitPattern: buffer)] in
+                give(UnsafeMutableRawPointer(bitPattern: address)!)
+            }
+        )
+    }
+}
+
+/// Keeps memory alive while the kernel uses it.
+final class KeepAlive: @unchecked Sendable {
+    let buffer: UnsafeMutableRawPointer?
+    let data: DispatchDataBuffer?
+    init(buffer: UnsafeMutableRawPointer? = nil, data: DispatchDataBuffer? = nil) {
+        self.buffer = buffer
+        self.data = data
+    }
+}
+
+/// Sizes that trade throughput against memory; measured with the benchmarks (see the README).
+enum IOTuning {
+    /// Bytes asked for by one read system call (libdispatch: 1 MiB). Smaller chunks stay in the cache
+    /// between the kernel's copy and the handler's use.
+    static let chunkSize = 256 << 10
+    /// Reads in flight at once on a regular file.
+    static let readAheadDepth = 4
+    /// Bytes one write system call takes at most (libdispatch: 1 MiB).
+    static let writeChunk = 1 << 20
+    /// At most this many regions go into one `writev`.
+    static let maxIOVecs = 1024
+    /// Default low water mark (B21).
+    static let defaultLowWater = 1 << 20
+}

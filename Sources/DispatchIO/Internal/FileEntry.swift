@@ -1,0 +1,317 @@
+import DispatchData
+import DispatchQueues
+import SystemPackage
+import URing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Which file a descriptor refers to.
+struct FileIdentity: Equatable {
+    var device: dev_t
+    var inode: ino_t
+}
+
+/// What a descriptor is, as far as channels care.
+enum FileKind: Sendable {
+    case regular
+    case directory
+    case pipe
+    case socket
+    case other  // ttys, character and block devices
+
+    init(mode: mode_t) {
+        switch mode & S_IFMT {
+        case S_IFREG: self = .regular
+        case S_IFDIR: self = .directory
+        case S_IFIFO: self = .pipe
+        case S_IFSOCK: self = .socket
+        default: self = .other
+        }
+    }
+
+    /// Regular files are read and written at explicit offsets, several operations in flight; everything
+    /// else is a stream of its own.
+    var isSeekableFile: Bool { self == .regular }
+}
+
+/// The state shared by every channel on one descriptor (libdispatch's fd_entry): the descriptor, its
+/// validation, the order operations and barriers run in, and when cleanup handlers run.
+///
+/// Every channel made from the same descriptor number, and every channel derived from one of them,
+/// shares the entry (B46): barriers wait for all their operations (B48), stream operations are serialised
+/// across them (B9), and cleanup handlers run only once all of them are closed and idle (B4). A path
+/// channel has an entry of its own (B44, B47).
+final class FileEntry: @unchecked Sendable {
+    enum Source {
+        case descriptor
+        case path(FilePath, flags: CInt, permissions: FilePermissions)
+    }
+
+    enum Item {
+        case operation(IOOperation)
+        case barrier(@Sendable () -> Void)
+    }
+
+    let engine: IOEngine
+    let source: Source
+    let lock = Lock()
+
+    // Guarded by `lock`.
+    private(set) var fd: CInt
+    private(set) var kind: FileKind?
+    /// Set when validation failed (EBADF, EISDIR, ENOENT, …): every operation fails with it.
+    private(set) var failure: Errno?
+    /// Set when the lazy open of a path failed: sticky, but cleanup handlers still get no error (B42).
+    private(set) var openFailure: Errno?
+    private(set) var isAppend = false
+    private var identity: FileIdentity?
+    private var validated = false
+    private var opening = false
+    private var items: [Item] = []
+    private var running: [IOOperation] = []
+    private var barrierRunning = false
+    private var channels: [ChannelCore] = []
+    private var tornDown = false
+
+    private static let registry = Locked<[CInt: FileEntry]>([:])
+
+    private init(engine: IOEngine, fd: CInt, source: Source) {
+        self.engine = engine
+        self.fd = fd
+        self.source = source
+    }
+
+    /// The entry for descriptor `fd`, shared with every live channel on that number.
+    static func forDescriptor(_ fd: CInt, engine: IOEngine) -> FileEntry {
+        // Entries go by number, so a number closed and reused while a channel still held it would find the
+        // old file's entry (B37); checking the file's identity gives the new file an entry of its own.
+        var st = stat()
+        let identity = fstat(fd, &st) == 0 ? FileIdentity(device: st.st_dev, inode: st.st_ino) : nil
+        return registry.withLock { entries in
+            if let entry = entries[fd], entry.engine === engine,
+                entry.lock.withLock({ !entry.tornDown && entry.identity == identity && identity != nil })
+            {
+                return entry
+            }
+            let entry = FileEntry(engine: engine, fd: fd, source: .descriptor)
+            entries[fd] = entry
+            entry.validateDescriptor()
+            return entry
+        }
+    }
+
+    /// A new entry for a path, opened lazily at its first operation (B41).
+    static func forPath(_ path: FilePath, flags: CInt, permissions: FilePermissions, engine: IOEngine) -> FileEntry {
+        let entry = FileEntry(engine: engine, fd: -1, source: .path(path, flags: flags, permissions: permissions))
+        entry.validatePath()
+        return entry
+    }
+
+    /// `fstat` does not wait on anything, so descriptors are validated at once; failures are still
+    /// reported asynchronously, through cleanup handlers and operations (B2).
+    private func validateDescriptor() {
+        var st = stat()
+        if fstat(fd, &st) != 0 {
+            failure = Errno(rawValue: errno)
+        } else {
+            identity = FileIdentity(device: st.st_dev, inode: st.st_ino)
+            kind = FileKind(mode: st.st_mode)
+            if kind == .directory { failure = .isDirectory }
+            isAppend = fcntl(fd, F_GETFL) & O_APPEND != 0
+        }
+        validated = true
+    }
+
+    /// Paths are validated with `statx` through the engine, asynchronously (B40).
+    private func validatePath() {
+        guard case .path(let path, let flags, _) = source else { return }
+        let statFlags: CInt = flags & O_NOFOLLOW != 0 ? CInt(AT_SYMLINK_NOFOLLOW) : 0
+        engine.stat(path: path, flags: statFlags) { [self] result in
+            let actions = lock.withLock { () -> [() -> Void] in
+                switch result {
+                case .success(let status):
+                    kind = FileKind(mode: mode_t(status.mode))
+                    if kind == .directory { failure = .isDirectory }
+                case .failure(let error):
+                    // With O_CREAT a missing file is fine if its directory exists; the open tells (B40).
+                    if error == .noSuchFileOrDirectory && flags & O_CREAT != 0 {
+                        kind = .regular
+                    } else {
+                        failure = error
+                    }
+                }
+                validated = true
+                var actions = channels.compactMap { $0.validationFinished(failure: failure) }
+                actions += pump()
+                return actions
+            }
+            for action in actions { action() }
+        }
+    }
+
+    // MARK: Channels
+
+    /// Registers a channel; returns what to run outside the lock (a prompt failed cleanup, B2).
+    func attach(_ channel: ChannelCore) {
+        let action = lock.withLock { () -> (() -> Void)? in
+            channels.append(channel)
+            guard validated else { return nil }
+            return channel.validationFinished(failure: failure)
+        }
+        action?()
+    }
+
+    /// Validation result for a channel of `type`, under the lock: a random channel on a pipe or socket is
+    /// ESPIPE (B2, B53).
+    func failure(for type: IOChannel.StreamType) -> Errno? {
+        if let failure { return failure }
+        if type == .random, kind == .pipe || kind == .socket { return .illegalSeek }
+        return nil
+    }
+
+    var isValidated: Bool { validated }
+
+    /// A channel closed: tear down once nothing uses the entry.
+    func channelClosed() {
+        let actions = lock.withLock { pump() }
+        for action in actions { action() }
+    }
+
+    // MARK: Scheduling
+
+    func enqueue(_ item: Item) {
+        let actions = lock.withLock { () -> [() -> Void] in
+            items.append(item)
+            return pump()
+        }
+        for action in actions { action() }
+    }
+
+    /// An operation has delivered its final handler and its kernel work has drained.
+    func finished(_ operation: IOOperation) {
+        let actions = lock.withLock { () -> [() -> Void] in
+            running.removeAll { $0 === operation }
+            return pump()
+        }
+        for action in actions { action() }
+    }
+
+    /// Removes and returns the operations of `channel` that have not started (for stop, B30).
+    func takeQueued(of channel: ChannelCore) -> [IOOperation] {
+        lock.withLock {
+            var taken: [IOOperation] = []
+            items.removeAll { item in
+                if case .operation(let op) = item, op.channel === channel {
+                    taken.append(op)
+                    return true
+                }
+                return false
+            }
+            return taken
+        }
+    }
+
+    func runningOperations(of channel: ChannelCore) -> [IOOperation] {
+        lock.withLock { running.filter { $0.channel === channel } }
+    }
+
+    /// Starts what may start now, in order; returns the actions to run outside the lock. Lock held.
+    ///
+    /// A barrier starts when everything before it has finished, and nothing after it starts until it has
+    /// returned (B48). A stream operation waits for earlier stream operations of its lane: one lane on a
+    /// regular file, one per direction on pipes and sockets (B9). Random operations only wait for barriers.
+    private func pump() -> [() -> Void] {
+        guard validated else { return [] }
+        var actions: [() -> Void] = []
+        if failure == nil, case .path = source, fd < 0, openFailure == nil, !items.isEmpty {
+            if !opening {
+                opening = true
+                actions.append { [self] in openPath() }
+            }
+            return actions
+        }
+        if opening { return actions }
+        var busyLanes = Set<Int>(running.compactMap { $0.lane })
+        var index = 0
+        while index < items.count {
+            if barrierRunning { break }
+            switch items[index] {
+            case .barrier(let block):
+                guard running.isEmpty && index == 0 else { return actions + teardownIfIdle() }
+                items.remove(at: 0)
+                barrierRunning = true
+                actions.append { [self] in
+                    WorkQueue.global().async {
+                        block()
+                        let next = self.lock.withLock { () -> [() -> Void] in
+                            self.barrierRunning = false
+                            return self.pump()
+                        }
+                        for action in next { action() }
+                    }
+                }
+                return actions
+            case .operation(let op):
+                if let lane = op.lane, busyLanes.contains(lane) {
+                    index += 1
+                    continue
+                }
+                items.remove(at: index)
+                if let lane = op.lane { busyLanes.insert(lane) }
+                if let error = op.channel.operationFailure ?? openFailure {
+                    actions.append { op.fail(error) }
+                } else {
+                    running.append(op)
+                    actions.append { op.start(fd: self.fd) }
+                }
+            }
+        }
+        return actions + teardownIfIdle()
+    }
+
+    private func openPath() {
+        guard case .path(let path, let flags, let permissions) = source else { return }
+        engine.openat(path: path, flags: flags, permissions: permissions) { [self] completion in
+            let actions = lock.withLock { () -> [() -> Void] in
+                opening = false
+                if let error = completion.error {
+                    openFailure = error
+                } else {
+                    fd = CInt(completion.result)
+                    var st = stat()
+                    if fstat(fd, &st) == 0 { kind = FileKind(mode: st.st_mode) }
+                    isAppend = flags & O_APPEND != 0
+                }
+                return pump()
+            }
+            for action in actions { action() }
+        }
+    }
+
+    /// When every channel is closed and nothing runs or waits, the entry goes: a path's descriptor is
+    /// closed first (B43), then every channel's cleanup handler is queued (B4). Lock held.
+    private func teardownIfIdle() -> [() -> Void] {
+        guard !tornDown, items.isEmpty, running.isEmpty, !barrierRunning, !opening,
+            !channels.isEmpty, channels.allSatisfy(\.isClosed)
+        else { return [] }
+        tornDown = true
+        let channels = self.channels
+        self.channels = []
+        let fd = self.fd
+        let closesDescriptor: Bool
+        if case .path = source { closesDescriptor = fd >= 0 } else { closesDescriptor = false }
+        return [
+            { [self] in
+                if case .descriptor = source {
+                    FileEntry.registry.withLock { entries in
+                        if entries[fd] === self { entries[fd] = nil }
+                    }
+                }
+                if closesDescriptor { Glibc.close(fd) }
+                for channel in channels { channel.runCleanup() }
+            }
+        ]
+    }
+}

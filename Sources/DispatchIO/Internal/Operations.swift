@@ -1,0 +1,456 @@
+import DispatchData
+import DispatchQueues
+import Synchronization
+import SystemPackage
+import URing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A channel's settings as an operation snapshots them when it is submitted (B7).
+struct ChannelSettings: Sendable {
+    var lowWater = IOTuning.defaultLowWater
+    var highWater = Int.max
+    var interval: Duration?
+    var strictInterval = false
+}
+
+/// One read or write on a channel, from submission to its final handler.
+///
+/// Handlers of one operation run one at a time and in order, even on a concurrent queue: they go
+/// through a private serial queue that targets the caller's (B13).
+class IOOperation: @unchecked Sendable {
+    let channel: ChannelCore
+    let entry: FileEntry
+    let settings: ChannelSettings
+    let handlerQueue: WorkQueue
+    let lock = Lock()
+    /// Kernel requests in flight: token → bytes asked, and token → the engine's identifier (for stop).
+    var inFlight: [Int: Int] = [:]
+    var kernelIDs: [Int: OperationID] = [:]
+    var stopped = false
+    var finalDelivered = false
+    var reportedFinished = false
+
+    init(channel: ChannelCore, settings: ChannelSettings, queue: WorkQueue) {
+        self.channel = channel
+        self.entry = channel.entry
+        self.settings = settings
+        self.handlerQueue = WorkQueue(label: "io.opq", target: queue)
+    }
+
+    var isWrite: Bool { false }
+
+    /// The stream lane this operation serialises in (B9), or nil for random operations. Asked under the
+    /// entry's lock, after validation.
+    var lane: Int? {
+        guard channel.type == .stream else { return nil }
+        if entry.kind?.isSeekableFile ?? true { return 0 }
+        return isWrite ? 2 : 1
+    }
+
+    func start(fd: CInt) {}
+    func fail(_ error: Errno) {}
+
+    /// Cancels what is in the kernel; the operation then ends with ECANCELED (B30).
+    func stop() {
+        let ids = lock.withLock { () -> [OperationID] in
+            stopped = true
+            return Array(kernelIDs.values)
+        }
+        for id in ids { entry.engine.cancel(id) { _ in } }
+        progress()
+    }
+
+    /// Re-examines the state after a change; subclasses issue, deliver and finish from here.
+    func progress() {}
+
+    /// Tells the entry, once, that this operation has finished. Call without the lock.
+    func reportFinishedIfDone() {
+        let report = lock.withLock { () -> Bool in
+            guard finalDelivered, inFlight.isEmpty, !reportedFinished else { return false }
+            reportedFinished = true
+            return true
+        }
+        if report { entry.finished(self) }
+    }
+}
+
+/// A read: chunks from the kernel accumulate and are handed out by the water marks (B15–B18, B24, B27).
+final class ReadOperation: IOOperation, @unchecked Sendable {
+    typealias Handler = @Sendable (Bool, DispatchDataBuffer?, Errno?) -> Void
+
+    private let length: Int
+    private let requestedOffset: Int64
+    private let handler: Handler
+    private let pool = BufferPool.shared
+    /// Complete after the first data on a stream (the convenience read's rule, B55).
+    private let returnOnFirstData: Bool
+
+    // Guarded by `lock`.
+    private var fd: CInt = -1
+    private var positioned = false
+    private var startOffset: Int64 = 0
+    private var issued = 0
+    private var received = 0
+    private var nextSequence = 0
+    private var deliverSequence = 0
+    private var arrived: [Int: (UnsafeMutableRawPointer, Int, Errno?, Int)] = [:]
+    private var pending = DispatchDataBuffer()
+    private var outstanding = 0
+    private var ended = false
+    private var endError: Errno?
+    private var reachedEOF = false
+    private var streamPositionToRestore: Int64?
+    private var timerArmed = false
+
+    init(
+        channel: ChannelCore,
+        offset: Int64,
+        length: Int,
+        settings: ChannelSettings,
+        queue: WorkQueue,
+        returnOnFirstData: Bool = false,
+        handler: @escaping Handler
+    ) {
+        self.length = length
+        self.requestedOffset = offset
+        self.handler = handler
+        self.returnOnFirstData = returnOnFirstData
+        super.init(channel: channel, settings: settings, queue: queue)
+    }
+
+    /// Fails before starting: `(true, nil, error)` (B18).
+    override func fail(_ error: Errno) {
+        lock.withLock {
+            finalDelivered = true
+            reportedFinished = true
+        }
+        let handler = self.handler
+        handlerQueue.async { handler(true, nil, error) }
+    }
+
+    override func start(fd: CInt) {
+        let seekable = entry.kind?.isSeekableFile ?? false
+        lock.withLock {
+            self.fd = fd
+            if channel.type == .random {
+                positioned = true
+                startOffset = channel.baseOffset + requestedOffset
+            } else if seekable {
+                // Stream reads of a regular file go at explicit offsets from the current position, so that
+                // several can be in flight; the position is moved past what was read at the end (B8).
+                positioned = true
+                let position = lseek(fd, 0, SEEK_CUR)
+                startOffset = Int64(max(position, 0))
+                streamPositionToRestore = startOffset
+            }
+        }
+        armIntervalTimer()
+        progress()
+    }
+
+    private var depth: Int { positioned ? IOTuning.readAheadDepth : 1 }
+
+    /// Bytes the operation may hold at once: what is in flight, buffered, or in handlers not yet returned.
+    private var budget: Int { max(depth * pool.size, settings.lowWater == Int.max ? pool.size : settings.lowWater + pool.size) }
+
+    override func progress() {
+        var submissions: [(UnsafeMutableRawPointer, Int, Int64?, Int)] = []
+        var finished = false
+        lock.withLock {
+            if !ended { deliverArrived() }
+            if !ended && stopped {
+                end(error: .canceled)
+            }
+            while !ended, issued < length, inFlight.count < depth,
+                pending.count + outstanding + inFlight.values.reduce(0, +) < budget
+            {
+                if !positioned && !inFlight.isEmpty { break }
+                // One system call asks for at most what fits under the high water mark (B24).
+                let room = settings.highWater == Int.max
+                    ? Int.max : settings.highWater - pending.count - inFlight.values.reduce(0, +)
+                if room <= 0 { break }
+                let size = min(pool.size, length - issued, room)
+                let buffer = pool.take()
+                let sequence = nextSequence
+                nextSequence += 1
+                let offset: Int64? = positioned ? startOffset + Int64(issued) : nil
+                issued += size
+                inFlight[sequence] = size
+                submissions.append((buffer, size, offset, sequence))
+            }
+            finished = ended && inFlight.isEmpty && finalDelivered
+        }
+        for (buffer, size, offset, sequence) in submissions {
+            submit(buffer: buffer, size: size, offset: offset, sequence: sequence)
+        }
+        if finished { finish() }
+    }
+
+    private func submit(buffer: UnsafeMutableRawPointer, size: Int, offset: Int64?, sequence: Int) {
+        let keep = KeepAlive(buffer: buffer)
+        let id = entry.engine.read(
+            fd,
+            into: UnsafeMutableRawBufferPointer(start: buffer, count: size),
+            at: offset,
+            offload: positioned && IOTuning.readAheadDepth > 1,
+            keepAlive: keep
+        ) { [self, address = UInt(bitPattern: buffer)] completion in
+            lock.withLock {
+                inFlight[sequence] = nil
+                kernelIDs[sequence] = nil
+                arrived[sequence] = (UnsafeMutableRawPointer(bitPattern: address)!, completion.result, completion.error, size)
+            }
+            progress()
+        }
+        lock.withLock {
+            // The completion may already have run.
+            if inFlight[sequence] != nil { kernelIDs[sequence] = id }
+        }
+    }
+
+    /// Moves arrived chunks, in order, into `pending`, and delivers by the water marks. Lock held.
+    private func deliverArrived() {
+        while let (buffer, count, error, asked) = arrived.removeValue(forKey: deliverSequence) {
+            deliverSequence += 1
+            if reachedEOF || ended {
+                pool.give(buffer)
+                continue
+            }
+            if let error {
+                pool.give(buffer)
+                end(error: error)
+                return
+            }
+            pending.append(pool.data(buffer, count: count))
+            received += count
+            if count == 0 || (positioned && count < asked) { reachedEOF = true }
+            if received >= length || reachedEOF || (returnOnFirstData && count > 0 && !positioned) {
+                end(error: nil)
+                return
+            }
+            deliverByWaterMarks()
+        }
+    }
+
+    /// Non-final deliveries: everything buffered once it reaches the low water mark, in pieces of at most
+    /// the high water mark (B24). Lock held.
+    private func deliverByWaterMarks() {
+        let low = max(settings.lowWater, 1)
+        while pending.count >= low {
+            let size = min(pending.count, max(settings.highWater, 1))
+            let piece = pending.subdata(in: 0..<size)
+            pending = pending.subdata(in: size..<pending.count)
+            deliver(done: false, data: piece, error: nil)
+        }
+    }
+
+    /// The final calls (B16–B18). Lock held.
+    private func end(error: Errno?) {
+        guard !ended else { return }
+        ended = true
+        endError = error
+        // The position moves past what was read before the final call, which may look at it (B8).
+        if let position = streamPositionToRestore {
+            lseek(fd, off_t(position) + received, SEEK_SET)
+        }
+        if let error {
+            if !pending.isEmpty { deliver(done: false, data: pending, error: nil) }
+            pending = DispatchDataBuffer()
+            deliver(done: true, data: nil, error: error)
+        } else if received >= length {
+            deliver(done: true, data: pending, error: nil)
+            pending = DispatchDataBuffer()
+        } else {
+            if !pending.isEmpty { deliver(done: false, data: pending, error: nil) }
+            pending = DispatchDataBuffer()
+            deliver(done: true, data: DispatchDataBuffer(), error: nil)
+        }
+        finalDelivered = true
+        for (_, chunk) in arrived { pool.give(chunk.0) }
+        arrived.removeAll()
+        // Requests still in the kernel are cancelled; their buffers come back through their completions.
+        for id in kernelIDs.values { entry.engine.cancel(id) { _ in } }
+    }
+
+    /// Hands one call to the handler queue. Lock held, so that calls are queued in order.
+    private func deliver(done: Bool, data: DispatchDataBuffer?, error: Errno?) {
+        let count = data?.count ?? 0
+        outstanding += count
+        let handler = self.handler
+        handlerQueue.async { [self] in
+            handler(done, data, error)
+            guard count > 0 else { return }
+            lock.withLock { outstanding -= count }
+            progress()
+        }
+    }
+
+    private func finish() {
+        reportFinishedIfDone()
+    }
+
+    // MARK: Interval (B27)
+
+    private func armIntervalTimer() {
+        guard let interval = settings.interval, interval > .zero else { return }
+        let deadline = ContinuousClock.now + interval
+        entry.engine.timeout(deadline: deadline) { [self] _ in
+            let again = lock.withLock { () -> Bool in
+                guard !ended else { return false }
+                if settings.strictInterval {
+                    let piece = pending
+                    pending = DispatchDataBuffer()
+                    deliver(done: false, data: piece, error: nil)
+                } else if pending.count >= max(settings.lowWater, 1) {
+                    deliverByWaterMarks()
+                }
+                return true
+            }
+            if again { armIntervalTimer() }
+        }
+    }
+}
+
+/// A write: regions of the data go to `writev` as they are, with progress reported by the low water mark
+/// (B19, B26).
+final class WriteOperation: IOOperation, @unchecked Sendable {
+    typealias Handler = @Sendable (Bool, DispatchDataBuffer?, Errno?) -> Void
+
+    private let handler: Handler
+    private let requestedOffset: Int64
+
+    // Guarded by `lock`.
+    private var fd: CInt = -1
+    private var remaining: DispatchDataBuffer
+    private var offset: Int64?
+    private var sinceReport = 0
+    private var writing = false
+    private var ended = false
+    private var streamPositionToRestore: Int64?
+    private var written = 0
+
+    init(
+        channel: ChannelCore,
+        offset: Int64,
+        data: DispatchDataBuffer,
+        settings: ChannelSettings,
+        queue: WorkQueue,
+        handler: @escaping Handler
+    ) {
+        self.remaining = data
+        self.requestedOffset = offset
+        self.handler = handler
+        super.init(channel: channel, settings: settings, queue: queue)
+    }
+
+    override var isWrite: Bool { true }
+
+    /// Fails before starting: `(true, data, error)` (B19).
+    override func fail(_ error: Errno) {
+        let data = lock.withLock { () -> DispatchDataBuffer in
+            finalDelivered = true
+            reportedFinished = true
+            return remaining
+        }
+        let handler = self.handler
+        handlerQueue.async { handler(true, data, error) }
+    }
+
+    override func start(fd: CInt) {
+        let seekable = entry.kind?.isSeekableFile ?? false
+        lock.withLock {
+            self.fd = fd
+            if channel.type == .random {
+                offset = channel.baseOffset + requestedOffset
+            } else if seekable && !entry.isAppend {
+                let position = Int64(max(lseek(fd, 0, SEEK_CUR), 0))
+                offset = position
+                streamPositionToRestore = position
+            }
+        }
+        progress()
+    }
+
+    override func progress() {
+        var chunk: DispatchDataBuffer?
+        var finished = false
+        lock.withLock {
+            if !ended && stopped && !writing {
+                end(error: .canceled)
+            }
+            if !ended && !writing {
+                if remaining.isEmpty {
+                    end(error: nil)
+                } else {
+                    let piece = gather()
+                    writing = true
+                    inFlight[0] = piece.count
+                    chunk = piece
+                }
+            }
+            finished = ended && !writing && finalDelivered
+        }
+        if let chunk { submit(chunk) }
+        if finished { reportFinishedIfDone() }
+    }
+
+    /// The next piece to write: the first bytes up to the chunk size and the high water mark (B26), cut
+    /// where the regions would not fit one `writev`. Regions are split, never copied.
+    private func gather() -> DispatchDataBuffer {
+        let limit = min(IOTuning.writeChunk, max(settings.highWater, 1), remaining.count)
+        var size = 0
+        for (index, region) in remaining.regions.enumerated() {
+            if index == IOTuning.maxIOVecs || size >= limit { break }
+            size += region.count
+        }
+        return remaining.subdata(in: 0..<min(size, limit))
+    }
+
+    private func submit(_ chunk: DispatchDataBuffer) {
+        let buffers = chunk.regions.map(\.bytes)
+        let position = lock.withLock { offset }
+        let id = entry.engine.writev(fd, from: buffers, at: position, keepAlive: KeepAlive(data: chunk)) { [self] completion in
+            lock.withLock {
+                inFlight.removeAll()
+                kernelIDs.removeAll()
+                writing = false
+                let count = completion.result
+                written += count
+                remaining = remaining.subdata(in: count..<remaining.count)
+                if let current = offset { offset = current + Int64(count) }
+                sinceReport += count
+                if let error = completion.error {
+                    end(error: error)
+                } else if !remaining.isEmpty && sinceReport >= max(settings.lowWater, 1) {
+                    sinceReport = 0
+                    deliver(done: false, data: remaining, error: nil)
+                }
+            }
+            progress()
+        }
+        lock.withLock { if writing { kernelIDs[0] = id } }
+    }
+
+    /// The final call: `(true, nil, nil)` on success, `(true, unwritten, error)` otherwise. Lock held.
+    private func end(error: Errno?) {
+        guard !ended else { return }
+        ended = true
+        if let position = streamPositionToRestore {
+            lseek(fd, off_t(position) + written, SEEK_SET)
+        }
+        if let error {
+            deliver(done: true, data: remaining, error: error)
+        } else {
+            deliver(done: true, data: nil, error: nil)
+        }
+        finalDelivered = true
+    }
+
+    private func deliver(done: Bool, data: DispatchDataBuffer?, error: Errno?) {
+        let handler = self.handler
+        handlerQueue.async { handler(done, data, error) }
+    }
+}

@@ -1,1 +1,0 @@
-// DispatchIO: implemented by its own issue.

@@ -1,0 +1,690 @@
+import DispatchData
+import DispatchIO
+import DispatchQueues
+import SystemPackage
+import Testing
+import URing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite(.serialized, .timeLimit(.minutes(1)))
+struct IOChannelTests {
+    let dir = TemporaryDirectory()
+
+    // MARK: Read sequences (B15–B18, B24)
+
+    @Test(arguments: EngineKind.allCases)
+    func exactLengthReadOfAFileIsOneCall(kind: EngineKind) async throws {
+        let bytes = pattern(100_000)
+        let path = dir.make("f", bytes)
+        defer { dir.cleanup() }
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let cleaned = Promise<Errno?>()
+        let channel = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned))
+        let recorder = Recorder()
+        channel.read(offset: 0, length: 100_000, queue: recorder.queue, handler: recorder.handler)
+        // B16: exactly one call, carrying every byte.
+        let recorderCalls = await recorder.wait()
+        #expect(recorderCalls == [Call(done: true, count: 100_000, error: nil)])
+        #expect(recorder.bytes == bytes)
+        channel.close()
+        let cleanedValue = await cleaned.get()
+        #expect(cleanedValue == nil)  // B4
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func readToEndOfFileDeliversThenEndsEmpty(kind: EngineKind) async throws {
+        let bytes = pattern(100_000)
+        let path = dir.make("f", bytes)
+        defer { dir.cleanup() }
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let channel = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let recorder = Recorder()
+        channel.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
+        // B17: what was pending, then (true, empty, nil).
+        let recorderCalls = await recorder.wait()
+        #expect(recorderCalls == [Call(done: false, count: 100_000, error: nil), Call(done: true, count: 0, error: nil)])
+        #expect(recorder.bytes == bytes)
+        #expect(lseek(fd.rawValue, 0, SEEK_CUR) == 100_000)  // B8: the position advanced
+        channel.close()
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func waterMarksShapeDeliveries(kind: EngineKind) async throws {
+        let bytes = pattern(100_000)
+        let path = dir.make("f", bytes)
+        defer { dir.cleanup() }
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let channel = IOChannel(type: .random, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        channel.setLimit(lowWater: 0)
+        channel.setLimit(highWater: 40_000)
+        let recorder = Recorder()
+        channel.read(offset: 0, length: 100_000, queue: recorder.queue, handler: recorder.handler)
+        // B24: low 0, high 40000 → 40000, 40000, then the final 20000.
+        #expect(
+            await recorder.wait() == [
+                Call(done: false, count: 40_000, error: nil), Call(done: false, count: 40_000, error: nil),
+                Call(done: true, count: 20_000, error: nil),
+            ])
+        #expect(recorder.bytes == bytes)
+        // B22: high water alone lowers the default low water mark too.
+        channel.setLimit(highWater: 16384)
+        let second = Recorder()
+        channel.read(offset: 0, length: .max, queue: second.queue, handler: second.handler)
+        let calls = await second.wait()
+        #expect(calls.dropLast().allSatisfy { !$0.done && $0.count! <= 16384 && $0.count! > 0 })
+        #expect(second.bytes == bytes)
+        channel.close()
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func zeroLengthOperationsCompleteAtOnce(kind: EngineKind) async throws {
+        let path = dir.make("f", pattern(10))
+        defer { dir.cleanup() }
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let channel = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let read = Recorder()
+        channel.read(offset: 0, length: 0, queue: read.queue, handler: read.handler)
+        let readCalls = await read.wait()
+        #expect(readCalls == [Call(done: true, count: 0, error: nil)])  // B12
+        let write = Recorder()
+        channel.write(offset: 0, data: DispatchDataBuffer(), queue: write.queue, handler: write.handler)
+        let writeCalls = await write.wait()
+        #expect(writeCalls == [Call(done: true, count: nil, error: nil)])  // B12
+        channel.close()
+    }
+
+    // MARK: Offsets (B8, B10)
+
+    @Test(arguments: EngineKind.allCases)
+    func randomOffsetsAreRelativeToThePositionAtCreation(kind: EngineKind) async throws {
+        let bytes = pattern(1000)
+        let path = dir.make("f", bytes)
+        defer { dir.cleanup() }
+        let fd = FileDescriptor(rawValue: open(path, O_RDWR | O_CLOEXEC))
+        defer { try? fd.close() }
+        lseek(fd.rawValue, 100, SEEK_SET)
+        let cleaned = Promise<Errno?>()
+        let channel = IOChannel(type: .random, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned))
+        let first = Recorder()
+        channel.read(offset: 0, length: 1, queue: first.queue, handler: first.handler)
+        _ = await first.wait()
+        #expect(first.bytes == [bytes[100]])  // B10
+        let past = Recorder()
+        channel.read(offset: 950, length: 10, queue: past.queue, handler: past.handler)
+        let pastCalls = await past.wait()
+        #expect(pastCalls == [Call(done: true, count: 0, error: nil)])  // B10: at or past EOF
+        let write = Recorder()
+        channel.write(offset: 2000, data: DispatchDataBuffer([1]), queue: write.queue, handler: write.handler)
+        let writeCalls = await write.wait()
+        #expect(writeCalls == [Call(done: true, count: nil, error: nil)])
+        var st = stat()
+        fstat(fd.rawValue, &st)
+        #expect(st.st_size == 2101)  // B10: writing past EOF extends the file
+        channel.close()
+        let cleanedValue = await cleaned.get()
+        #expect(cleanedValue == nil)
+        #expect(lseek(fd.rawValue, 0, SEEK_CUR) == 100)  // B10: never moved
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func streamReadsFollowThePosition(kind: EngineKind) async throws {
+        let bytes = pattern(100)
+        let path = dir.make("f", bytes)
+        defer { dir.cleanup() }
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let channel = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let a = Recorder()
+        let b = Recorder()
+        channel.read(offset: 50, length: 10, queue: a.queue, handler: a.handler)
+        channel.read(offset: 0, length: 10, queue: b.queue, handler: b.handler)
+        _ = await a.wait()
+        _ = await b.wait()
+        // B8: offsets ignored; bytes 0–9 then 10–19; the position is 20 afterwards.
+        #expect(a.bytes == Array(bytes[0..<10]))
+        #expect(b.bytes == Array(bytes[10..<20]))
+        #expect(lseek(fd.rawValue, 0, SEEK_CUR) == 20)
+        channel.close()
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func negativeOffsetsAndLengthsAreEINVAL(kind: EngineKind) async throws {
+        let path = dir.make("f", pattern(10))
+        defer { dir.cleanup() }
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let channel = IOChannel(type: .random, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let read = Recorder()
+        channel.read(offset: -1, length: 5, queue: read.queue, handler: read.handler)
+        let readCalls = await read.wait()
+        #expect(readCalls == [Call(done: true, count: nil, error: .invalidArgument)])
+        let negative = Recorder()
+        channel.read(offset: 0, length: -5, queue: negative.queue, handler: negative.handler)
+        let negativeCalls = await negative.wait()
+        #expect(negativeCalls == [Call(done: true, count: nil, error: .invalidArgument)])
+        let write = Recorder()
+        channel.write(offset: -10, data: DispatchDataBuffer([1, 2]), queue: write.queue, handler: write.handler)
+        let writeCalls = await write.wait()
+        #expect(writeCalls == [Call(done: true, count: 2, error: .invalidArgument)])
+        channel.close()
+    }
+
+    // MARK: Writes (B19, B26)
+
+    @Test(arguments: EngineKind.allCases)
+    func writeProgressFollowsTheLowWaterMark(kind: EngineKind) async throws {
+        defer { dir.cleanup() }
+        let path = dir.file("out")
+        let fd = FileDescriptor(rawValue: open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644))
+        defer { try? fd.close() }
+        let channel = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        channel.setLimit(highWater: 4096)
+        // Data in three regions, to go out as an iovec.
+        let bytes = pattern(10_000)
+        let data = DispatchDataBuffer(bytes[0..<3000]) + DispatchDataBuffer(bytes[3000..<7000]) + DispatchDataBuffer(bytes[7000...])
+        let recorder = Recorder()
+        channel.write(offset: 0, data: data, queue: recorder.queue, handler: recorder.handler)
+        // B19: 10 000 bytes with high=4096 → 5904 remaining, then 1808, then (true, nil, nil).
+        #expect(
+            await recorder.wait() == [
+                Call(done: false, count: 5904, error: nil), Call(done: false, count: 1808, error: nil),
+                Call(done: true, count: nil, error: nil),
+            ])
+        let readBack = Recorder()
+        lseek(fd.rawValue, 0, SEEK_SET)
+        channel.read(offset: 0, length: .max, queue: readBack.queue, handler: readBack.handler)
+        _ = await readBack.wait()
+        #expect(readBack.bytes == bytes)
+        channel.close()
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func writeErrorsReportTheUnwrittenData(kind: EngineKind) async throws {
+        // ENOSPC from /dev/full: nothing written, all of it reported back (B19).
+        let full = FileDescriptor(rawValue: open("/dev/full", O_WRONLY | O_CLOEXEC))
+        defer { try? full.close() }
+        let channel = IOChannel(type: .stream, fileDescriptor: full, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let recorder = Recorder()
+        channel.write(offset: 0, data: DispatchDataBuffer(pattern(5000)), queue: recorder.queue, handler: recorder.handler)
+        let recorderCalls = await recorder.wait()
+        #expect(recorderCalls == [Call(done: true, count: 5000, error: .noSpace)])
+        channel.close()
+        // EPIPE, with SIGPIPE at its default action: the process survives (B38).
+        signal(SIGPIPE, SIG_DFL)
+        let pipe = makePipe()
+        try pipe.read.close()
+        defer { try? pipe.write.close() }
+        let piped = IOChannel(type: .stream, fileDescriptor: pipe.write, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let broken = Recorder()
+        piped.write(offset: 0, data: DispatchDataBuffer(pattern(6)), queue: broken.queue, handler: broken.handler)
+        let brokenCalls = await broken.wait()
+        #expect(brokenCalls == [Call(done: true, count: 6, error: .brokenPipe)])
+        piped.close()
+    }
+
+    // MARK: Validation (B2, B39–B42)
+
+    @Test(arguments: EngineKind.allCases)
+    func badDescriptorsFailThroughCleanupAndOperations(kind: EngineKind) async throws {
+        let engine = Engines.get(kind)
+        let pipe = makePipe()
+        try pipe.read.close()
+        try pipe.write.close()
+        let badCleanup = Promise<Errno?>()
+        let bad = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: engine, cleanupHandler: cleanup(badCleanup))
+        let read = Recorder()
+        bad.read(offset: 0, length: 10, queue: read.queue, handler: read.handler)
+        let readCalls = await read.wait()
+        #expect(readCalls == [Call(done: true, count: nil, error: .badFileDescriptor)])
+        let badCleanupValue = await badCleanup.get()
+        #expect(badCleanupValue == .badFileDescriptor)  // B2: promptly, without close
+        #expect(bad.fileDescriptor == nil)  // B50 → ours: nil, not the bad number
+
+        let directory = FileDescriptor(rawValue: open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC))
+        defer { try? directory.close() }
+        let dirCleanup = Promise<Errno?>()
+        let dirChannel = IOChannel(type: .random, fileDescriptor: directory, queue: WorkQueue(label: "c"), engine: engine, cleanupHandler: cleanup(dirCleanup))
+        let dirCleanupValue = await dirCleanup.get()
+        #expect(dirCleanupValue == .isDirectory)
+        dirChannel.close()
+
+        let live = makePipe()
+        defer {
+            try? live.read.close()
+            try? live.write.close()
+        }
+        let seekCleanup = Promise<Errno?>()
+        let randomPipe = IOChannel(type: .random, fileDescriptor: live.read, queue: WorkQueue(label: "c"), engine: engine, cleanupHandler: cleanup(seekCleanup))
+        let seekRead = Recorder()
+        randomPipe.read(offset: 0, length: 1, queue: seekRead.queue, handler: seekRead.handler)
+        let seekReadCalls = await seekRead.wait()
+        #expect(seekReadCalls == [Call(done: true, count: nil, error: .illegalSeek)])
+        let seekCleanupValue = await seekCleanup.get()
+        #expect(seekCleanupValue == .illegalSeek)
+        randomPipe.close()
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func pathChannels(kind: EngineKind) async throws {
+        let engine = Engines.get(kind)
+        let bytes = pattern(3000)
+        let path = dir.make("f", bytes)
+        defer { dir.cleanup() }
+        // B39: relative paths are refused.
+        #expect(IOChannel(type: .stream, path: "relative/file", mode: .readOnly, queue: WorkQueue(label: "c"), engine: engine) { _ in } == nil)
+        // A readable file, opened lazily (B41), closed before cleanup (B43).
+        let cleaned = Promise<Errno?>()
+        let channel = try #require(IOChannel(type: .random, path: FilePath(path), mode: .readOnly, queue: WorkQueue(label: "c"), engine: engine, cleanupHandler: cleanup(cleaned)))
+        #expect(channel.fileDescriptor == nil)
+        let read = Recorder()
+        channel.read(offset: 1000, length: .max, queue: read.queue, handler: read.handler)
+        _ = await read.wait()
+        #expect(read.bytes == Array(bytes[1000...]))
+        let fd = try #require(channel.fileDescriptor)
+        channel.close()
+        let cleanedValue = await cleaned.get()
+        #expect(cleanedValue == nil)
+        #expect(fcntl(fd.rawValue, F_GETFD) == -1)  // B43: closed before the cleanup handler ran
+
+        // B40: a missing file: cleanup(ENOENT) promptly and every operation fails with it.
+        let missingCleanup = Promise<Errno?>()
+        let missing = try #require(IOChannel(type: .stream, path: FilePath(dir.file("nope")), mode: .readOnly, queue: WorkQueue(label: "c"), engine: engine, cleanupHandler: cleanup(missingCleanup)))
+        let missingCleanupValue = await missingCleanup.get()
+        #expect(missingCleanupValue == .noSuchFileOrDirectory)
+        let missingRead = Recorder()
+        missing.read(offset: 0, length: 10, queue: missingRead.queue, handler: missingRead.handler)
+        let missingReadCalls = await missingRead.wait()
+        #expect(missingReadCalls == [Call(done: true, count: nil, error: .noSuchFileOrDirectory)])
+        missing.close()
+
+        // B40: O_CREAT with an existing parent is fine; the file appears at the first operation.
+        let created = try #require(IOChannel(type: .stream, path: FilePath(dir.file("new")), mode: .writeOnly, options: [.create, .truncate], queue: WorkQueue(label: "c"), engine: engine) { _ in })
+        #expect(access(dir.file("new"), F_OK) != 0)
+        let write = Recorder()
+        created.write(offset: 0, data: DispatchDataBuffer(Array("made".utf8)), queue: write.queue, handler: write.handler)
+        let writeCalls = await write.wait()
+        #expect(writeCalls == [Call(done: true, count: nil, error: nil)])
+        created.close()
+
+        // B42: an open that fails is sticky, and cleanup still gets nil. EACCES needs a user that
+        // permissions stop; root is not stopped, so it gets EEXIST from an exclusive create instead.
+        let isRoot = getuid() == 0
+        let lockedPath = dir.make("locked", [1])
+        chmod(lockedPath, 0)
+        let expected: Errno = isRoot ? .fileExists : .permissionDenied
+        let deniedCleanup = Promise<Errno?>()
+        let denied = try #require(
+            IOChannel(
+                type: .stream, path: FilePath(lockedPath), mode: .writeOnly, options: isRoot ? [.create, .exclusiveCreate] : [],
+                queue: WorkQueue(label: "c"), engine: engine, cleanupHandler: cleanup(deniedCleanup)))
+        let deniedWrite = Recorder()
+        denied.write(offset: 0, data: DispatchDataBuffer([1, 2, 3, 4, 5]), queue: deniedWrite.queue, handler: deniedWrite.handler)
+        let deniedWriteCalls = await deniedWrite.wait()
+        #expect(deniedWriteCalls == [Call(done: true, count: 5, error: expected)])
+        let deniedRead = Recorder()
+        denied.read(offset: 0, length: 1, queue: deniedRead.queue, handler: deniedRead.handler)
+        let deniedReadCalls = await deniedRead.wait()
+        #expect(deniedReadCalls == [Call(done: true, count: nil, error: expected)])
+        #expect(denied.fileDescriptor == nil)
+        denied.close()
+        let deniedCleanupValue = await deniedCleanup.get()
+        #expect(deniedCleanupValue == nil)
+
+        // A directory path: EISDIR.
+        let dirCleanup = Promise<Errno?>()
+        let directory = try #require(IOChannel(type: .stream, path: FilePath(dir.path), mode: .readOnly, queue: WorkQueue(label: "c"), engine: engine, cleanupHandler: cleanup(dirCleanup)))
+        let dirCleanupValue = await dirCleanup.get()
+        #expect(dirCleanupValue == .isDirectory)
+        directory.close()
+    }
+
+    // MARK: Pipes (B25, B27, B51)
+
+    @Test(arguments: EngineKind.allCases)
+    func pipeReadsDeliverPartialDataWithALowWaterMark(kind: EngineKind) async throws {
+        let pipe = makePipe()
+        defer { try? pipe.read.close() }
+        let cleaned = Promise<Errno?>()
+        let channel = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned))
+        channel.setLimit(lowWater: 1)
+        let recorder = Recorder()
+        channel.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
+        _ = try pipe.write.writeAll(Array("hello".utf8))
+        // The first five bytes arrive on their own, before any more are written (B25 with low = 1).
+        while recorder.soFar.isEmpty { await settle(Engines.get(kind)) }
+        #expect(recorder.soFar == [Call(done: false, count: 5, error: nil)])
+        _ = try pipe.write.writeAll(Array("world".utf8))
+        try pipe.write.close()
+        let calls = await recorder.wait()
+        #expect(calls == [Call(done: false, count: 5, error: nil), Call(done: false, count: 5, error: nil), Call(done: true, count: 0, error: nil)])
+        #expect(recorder.bytes == Array("helloworld".utf8))
+        channel.close()
+        let cleanedValue = await cleaned.get()
+        #expect(cleanedValue == nil)
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func strictIntervalDeliversEvenNothing(kind: EngineKind) async throws {
+        let pipe = makePipe()
+        defer {
+            try? pipe.read.close()
+            try? pipe.write.close()
+        }
+        let channel = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        channel.setInterval(interval: .milliseconds(20), flags: .strictInterval)
+        let recorder = Recorder()
+        channel.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
+        // B27: ticks on an idle pipe deliver (false, empty, nil).
+        while recorder.soFar.count < 3 { await settle(Engines.get(kind)) }
+        #expect(recorder.soFar.prefix(3).allSatisfy { $0 == Call(done: false, count: 0, error: nil) })
+        channel.close(flags: .stop)
+        let calls = await recorder.wait()
+        #expect(calls.last == Call(done: true, count: nil, error: .canceled))
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func pingPongOverPipes(kind: EngineKind) async throws {
+        let engine = Engines.get(kind)
+        let ab = makePipe()
+        let ba = makePipe()
+        defer {
+            for fd in [ab.read, ab.write, ba.read, ba.write] { try? fd.close() }
+        }
+        let aOut = IOChannel(type: .stream, fileDescriptor: ab.write, queue: WorkQueue(label: "c"), engine: engine) { _ in }
+        let bIn = IOChannel(type: .stream, fileDescriptor: ab.read, queue: WorkQueue(label: "c"), engine: engine) { _ in }
+        let bOut = IOChannel(type: .stream, fileDescriptor: ba.write, queue: WorkQueue(label: "c"), engine: engine) { _ in }
+        let aIn = IOChannel(type: .stream, fileDescriptor: ba.read, queue: WorkQueue(label: "c"), engine: engine) { _ in }
+        for channel in [bIn, aIn] { channel.setLimit(lowWater: 1) }
+        for round in 0..<50 {
+            let ping = DispatchDataBuffer([UInt8(round), 0xA])
+            let sent = Recorder()
+            aOut.write(offset: 0, data: ping, queue: sent.queue, handler: sent.handler)
+            let got = Recorder()
+            bIn.read(offset: 0, length: 2, queue: got.queue, handler: got.handler)
+            _ = await got.wait()
+            #expect(got.bytes == [UInt8(round), 0xA])
+            let back = Recorder()
+            bOut.write(offset: 0, data: DispatchDataBuffer([UInt8(round), 0xB]), queue: back.queue, handler: back.handler)
+            let pong = Recorder()
+            aIn.read(offset: 0, length: 2, queue: pong.queue, handler: pong.handler)
+            _ = await pong.wait()
+            #expect(pong.bytes == [UInt8(round), 0xB])
+            _ = await sent.wait()
+            _ = await back.wait()
+        }
+        for channel in [aOut, bIn, bOut, aIn] { channel.close() }
+    }
+
+    // MARK: Close and stop (B28–B32)
+
+    @Test(arguments: EngineKind.allCases)
+    func closeLetsPendingWorkFinishAndRefusesNewWork(kind: EngineKind) async throws {
+        let pipe = makePipe()
+        defer { try? pipe.read.close() }
+        let cleaned = Promise<Errno?>()
+        let channel = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned))
+        let pending = Recorder()
+        channel.read(offset: 0, length: 6, queue: pending.queue, handler: pending.handler)
+        channel.close()
+        let after = Recorder()
+        channel.read(offset: 0, length: 6, queue: after.queue, handler: after.handler)
+        // B28: later operations fail at once, without waiting for the pending one.
+        let afterCalls = await after.wait()
+        #expect(afterCalls == [Call(done: true, count: nil, error: .canceled)])
+        #expect(!cleaned.isFulfilled)
+        _ = try pipe.write.writeAll(Array("abcdef".utf8))
+        try pipe.write.close()
+        let pendingCalls = await pending.wait()
+        #expect(pendingCalls == [Call(done: true, count: 6, error: nil)])
+        let cleanedValue = await cleaned.get()
+        #expect(cleanedValue == nil)
+        channel.close()  // B32: ignored
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func stopCancelsUnfinishedOperations(kind: EngineKind) async throws {
+        let pipe = makePipe()
+        defer {
+            try? pipe.read.close()
+            try? pipe.write.close()
+        }
+        let cleaned = Promise<Errno?>()
+        let channel = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned))
+        let running = Recorder()
+        let queued = Recorder()
+        channel.read(offset: 0, length: 100, queue: running.queue, handler: running.handler)
+        channel.read(offset: 0, length: 100, queue: queued.queue, handler: queued.handler)
+        _ = try pipe.write.writeAll(Array("abc".utf8))
+        await settle(Engines.get(kind))
+        channel.close(flags: .stop)
+        #expect(channel.fileDescriptor == nil)  // B30: at once
+        // B30/B18: what was buffered, then (true, nil, ECANCELED).
+        let calls = await running.wait()
+        #expect(calls.last == Call(done: true, count: nil, error: .canceled))
+        #expect(running.bytes.count <= 3)
+        let queuedCalls = await queued.wait()
+        #expect(queuedCalls == [Call(done: true, count: nil, error: .canceled)])
+        let cleanedValue = await cleaned.get()
+        #expect(cleanedValue == nil)
+        let after = Recorder()
+        channel.write(offset: 0, data: DispatchDataBuffer([1, 2, 3]), queue: after.queue, handler: after.handler)
+        let afterCalls = await after.wait()
+        #expect(afterCalls == [Call(done: true, count: 3, error: .canceled)])  // B31
+    }
+
+    // MARK: Sharing, cleanup, barriers (B4, B6, B45–B48)
+
+    @Test(arguments: EngineKind.allCases)
+    func cleanupWaitsForEveryChannelOnTheDescriptor(kind: EngineKind) async throws {
+        let path = dir.make("f", pattern(100))
+        defer { dir.cleanup() }
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let aCleaned = Promise<Errno?>()
+        let cCleaned = Promise<Errno?>()
+        let a = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "a"), engine: Engines.get(kind), cleanupHandler: cleanup(aCleaned))
+        let c = IOChannel(type: .random, io: a, queue: WorkQueue(label: "c"), cleanupHandler: cleanup(cCleaned))
+        a.close()
+        let read = Recorder()
+        c.read(offset: 10, length: 5, queue: read.queue, handler: read.handler)
+        _ = await read.wait()
+        #expect(read.bytes == Array(pattern(100)[10..<15]))
+        #expect(!aCleaned.isFulfilled)  // B4: C still uses the descriptor
+        c.close()
+        let aCleanedValue = await aCleaned.get()
+        #expect(aCleanedValue == nil)
+        let cCleanedValue = await cCleaned.get()
+        #expect(cCleanedValue == nil)
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func releasingAChannelClosesIt(kind: EngineKind) async throws {
+        let path = dir.make("f", pattern(100))
+        defer { dir.cleanup() }
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let cleaned = Promise<Errno?>()
+        let read = Recorder()
+        do {
+            let channel = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned))
+            channel.read(offset: 0, length: 100, queue: read.queue, handler: read.handler)
+        }
+        // B6: the pending read completes normally, then cleanup runs.
+        let readCalls = await read.wait()
+        #expect(readCalls == [Call(done: true, count: 100, error: nil)])
+        let cleanedValue = await cleaned.get()
+        #expect(cleanedValue == nil)
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func barrierWaitsForEarlierOperationsAndHoldsLaterOnes(kind: EngineKind) async throws {
+        let pipe = makePipe()
+        defer { try? pipe.read.close() }
+        let channel = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let first = Recorder()
+        channel.read(offset: 0, length: 3, queue: first.queue, handler: first.handler)
+        let barrierRan = Promise<Bool>()
+        let log = Locked<[String]>([])
+        channel.barrier {
+            log.withLock { $0.append("barrier: first done=\(first.soFar.last?.done ?? false)") }
+            barrierRan.fulfil(true)
+        }
+        let second = Recorder()
+        channel.read(offset: 0, length: 3, queue: second.queue, handler: second.handler)
+        await settle(Engines.get(kind))
+        #expect(!barrierRan.isFulfilled)  // B48: waits for the pending read
+        _ = try pipe.write.writeAll(Array("abcdef".utf8))
+        try pipe.write.close()
+        _ = await barrierRan.get()
+        _ = await first.wait()
+        _ = await second.wait()
+        #expect(first.bytes == Array("abc".utf8))
+        #expect(second.bytes == Array("def".utf8))
+        channel.close()
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func handlerCallsOfOneOperationNeverOverlap(kind: EngineKind) async throws {
+        let bytes = pattern(600_000)
+        let path = dir.make("f", bytes)
+        defer { dir.cleanup() }
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let channel = IOChannel(type: .random, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        channel.setLimit(highWater: 10_000)
+        let concurrent = WorkQueue(label: "concurrent", attributes: .concurrent)
+        let recorder = Recorder(queue: concurrent)
+        let active = Locked(0)
+        let maxActive = Locked(0)
+        channel.read(offset: 0, length: .max, queue: concurrent) { done, data, error in
+            let now = active.withLock { value -> Int in
+                value += 1
+                return value
+            }
+            maxActive.withLock { $0 = max($0, now) }
+            recorder.record(done, data, error)
+            active.withLock { $0 -= 1 }
+        }
+        _ = await recorder.wait()
+        #expect(maxActive.withLock { $0 } == 1)  // B13
+        #expect(recorder.bytes == bytes)
+        channel.close()
+    }
+
+    // MARK: Convenience (B54–B57)
+
+    @Test(arguments: EngineKind.allCases)
+    func convenienceReadAndWrite(kind: EngineKind) async throws {
+        let engine = Engines.get(kind)
+        let bytes = pattern(300_000)
+        let path = dir.make("f", bytes)
+        defer { dir.cleanup() }
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let whole = Promise<(DispatchDataBuffer, Errno?)>()
+        IOChannel.read(from: fd, maxLength: .max, queue: WorkQueue(label: "c"), engine: engine) { whole.fulfil(($0, $1)) }
+        let (data, error) = await whole.get()
+        #expect(error == nil)
+        #expect(Array(data) == bytes)
+        #expect(lseek(fd.rawValue, 0, SEEK_CUR) == 300_000)  // B56
+        let eof = Promise<(DispatchDataBuffer, Errno?)>()
+        IOChannel.read(from: fd, maxLength: 10, queue: WorkQueue(label: "c"), engine: engine) { eof.fulfil(($0, $1)) }
+        let (empty, eofError) = await eof.get()
+        #expect(empty.isEmpty && eofError == nil)  // B54
+
+        let pipe = makePipe()
+        try pipe.read.close()
+        try pipe.write.close()
+        let bad = Promise<(DispatchDataBuffer, Errno?)>()
+        IOChannel.read(from: pipe.read, maxLength: 10, queue: WorkQueue(label: "c"), engine: engine) { bad.fulfil(($0, $1)) }
+        let (badData, badError) = await bad.get()
+        #expect(badData.isEmpty && badError == .badFileDescriptor)  // B54
+
+        let out = FileDescriptor(rawValue: open(dir.file("out"), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644))
+        defer { try? out.close() }
+        let written = Promise<(DispatchDataBuffer?, Errno?)>()
+        IOChannel.write(to: out, data: DispatchDataBuffer(bytes), queue: WorkQueue(label: "c"), engine: engine) { written.fulfil(($0, $1)) }
+        let (rest, writeError) = await written.get()
+        #expect(rest == nil && writeError == nil)
+        let badWrite = Promise<(DispatchDataBuffer?, Errno?)>()
+        IOChannel.write(to: pipe.write, data: DispatchDataBuffer(bytes), queue: WorkQueue(label: "c"), engine: engine) { badWrite.fulfil(($0, $1)) }
+        let (badRest, badWriteError) = await badWrite.get()
+        #expect(badRest == nil && badWriteError == .badFileDescriptor)  // B54: nil, not the data
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func convenienceReadOnAPipeReturnsWithSomeData(kind: EngineKind) async throws {
+        let pipe = makePipe()
+        defer {
+            try? pipe.read.close()
+            try? pipe.write.close()
+        }
+        _ = try pipe.write.writeAll([1, 2, 3])
+        let got = Promise<(DispatchDataBuffer, Errno?)>()
+        IOChannel.read(from: pipe.read, maxLength: 100, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { got.fulfil(($0, $1)) }
+        let (data, error) = await got.get()
+        #expect(Array(data) == [1, 2, 3] && error == nil)  // B55: 3 of 100 bytes
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func convenienceHandlerWaitsForOtherChannelsOnTheDescriptor(kind: EngineKind) async throws {
+        let path = dir.make("f", pattern(10))
+        defer { dir.cleanup() }
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let channel = IOChannel(type: .random, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let got = Promise<(DispatchDataBuffer, Errno?)>()
+        IOChannel.read(from: fd, maxLength: 10, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { got.fulfil(($0, $1)) }
+        for _ in 0..<5 { await settle(Engines.get(kind)) }
+        #expect(!got.isFulfilled)  // B57: the channel on the same descriptor is still open
+        channel.close()
+        let (data, _) = await got.get()
+        #expect(data.count == 10)
+    }
+
+    // MARK: Bad inputs
+
+    @Test(arguments: EngineKind.allCases)
+    func devNullReadsAsEmpty(kind: EngineKind) async throws {
+        let null = FileDescriptor(rawValue: open("/dev/null", O_RDONLY | O_CLOEXEC))
+        defer { try? null.close() }
+        let channel = IOChannel(type: .stream, fileDescriptor: null, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let recorder = Recorder()
+        channel.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
+        let recorderCalls = await recorder.wait()
+        #expect(recorderCalls == [Call(done: true, count: 0, error: nil)])
+        channel.close()
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func fileTruncatedWhileReadEndsAtTheNewEnd(kind: EngineKind) async throws {
+        let path = dir.make("f", pattern(4 << 20))
+        defer { dir.cleanup() }
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let channel = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        channel.setLimit(lowWater: 1)
+        let recorder = Recorder()
+        let truncated = Locked(false)
+        channel.read(offset: 0, length: .max, queue: recorder.queue) { done, data, error in
+            if !truncated.withLock({ $0 }) {
+                truncated.withLock { $0 = true }
+                truncate(path, 1 << 20)
+            }
+            recorder.record(done, data, error)
+        }
+        let calls = await recorder.wait()
+        #expect(calls.last == Call(done: true, count: 0, error: nil))
+        // Whatever was read before the truncation, no more than the file ever had, and no error.
+        #expect(recorder.bytes.count <= 4 << 20)
+        #expect(recorder.bytes == Array(pattern(4 << 20).prefix(recorder.bytes.count)))
+        channel.close()
+    }
+}

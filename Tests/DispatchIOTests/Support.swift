@@ -1,0 +1,179 @@
+import DispatchData
+import DispatchIO
+import DispatchQueues
+import SystemPackage
+import Testing
+import URing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One engine of each kind for the whole suite (channels may still hold them between tests).
+enum Engines {
+    static let uring = try! IOEngine(kind: .uring)
+    static let posix = try! IOEngine(kind: .posix)
+
+    static func get(_ kind: EngineKind) -> IOEngine { kind == .uring ? uring : posix }
+}
+
+/// One `(done, data, error)` call as a test sees it.
+struct Call: Equatable, CustomStringConvertible {
+    var done: Bool
+    var count: Int?
+    var error: Errno?
+
+    var description: String { "(\(done), \(count.map(String.init) ?? "nil"), \(error.map { "\($0)" } ?? "nil"))" }
+}
+
+/// Records the handler calls of one operation, and waits for the final one.
+final class Recorder: @unchecked Sendable {
+    private let lock = Lock()
+    private var calls: [Call] = []
+    private var data: [UInt8] = []
+    private var waiter: CheckedContinuation<Void, Never>?
+    private var finished = false
+    let queue: WorkQueue
+
+    init(queue: WorkQueue = WorkQueue(label: "recorder")) { self.queue = queue }
+
+    var handler: @Sendable (Bool, DispatchDataBuffer?, Errno?) -> Void {
+        { [self] done, buffer, error in record(done, buffer, error) }
+    }
+
+    func record(_ done: Bool, _ buffer: DispatchDataBuffer?, _ error: Errno?) {
+        lock.lock()
+        calls.append(Call(done: done, count: buffer?.count, error: error))
+        if let buffer { data += Array(buffer) }
+        if done {
+            finished = true
+            let waiter = self.waiter
+            self.waiter = nil
+            lock.unlock()
+            waiter?.resume()
+        } else {
+            lock.unlock()
+        }
+    }
+
+    /// Waits for the final call; returns every call.
+    func wait() async -> [Call] {
+        await withCheckedContinuation { continuation in
+            lock.lock()
+            if finished {
+                lock.unlock()
+                continuation.resume()
+            } else {
+                waiter = continuation
+                lock.unlock()
+            }
+        }
+        return lock.withLock { calls }
+    }
+
+    var bytes: [UInt8] { lock.withLock { data } }
+    var soFar: [Call] { lock.withLock { calls } }
+}
+
+/// Waits for a value set once from any thread.
+final class Promise<Value: Sendable>: @unchecked Sendable {
+    private let lock = Lock()
+    private var value: Value?
+    private var waiter: CheckedContinuation<Value, Never>?
+
+    func fulfil(_ newValue: Value) {
+        lock.lock()
+        precondition(value == nil, "promise fulfilled twice")
+        value = newValue
+        let waiter = self.waiter
+        self.waiter = nil
+        lock.unlock()
+        waiter?.resume(returning: newValue)
+    }
+
+    var isFulfilled: Bool { lock.withLock { value != nil } }
+
+    func get() async -> Value {
+        await withCheckedContinuation { continuation in
+            lock.lock()
+            if let value {
+                lock.unlock()
+                continuation.resume(returning: value)
+            } else {
+                waiter = continuation
+                lock.unlock()
+            }
+        }
+    }
+}
+
+/// A fresh directory under /tmp, removed by `cleanup`.
+struct TemporaryDirectory {
+    let path: String
+
+    init() {
+        var template = Array("/tmp/dispatchio-tests-XXXXXX".utf8CString)
+        _ = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
+        path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+    }
+
+    func file(_ name: String) -> String { path + "/" + name }
+
+    /// Writes `bytes` to a new file and returns its path.
+    @discardableResult
+    func make(_ name: String, _ bytes: [UInt8]) -> String {
+        let path = file(name)
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        precondition(fd >= 0)
+        var written = 0
+        while written < bytes.count {
+            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, $0.count - written) }
+            precondition(n > 0)
+            written += n
+        }
+        close(fd)
+        return path
+    }
+
+    func cleanup() {
+        _ = path.withCString { p in
+            // Tests only make flat directories.
+            if let dir = opendir(p) {
+                while let entry = readdir(dir) {
+                    let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                        String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self)
+                    }
+                    if name != "." && name != ".." { unlink(file(name)) }
+                }
+                closedir(dir)
+            }
+            return rmdir(p)
+        }
+    }
+}
+
+/// Deterministic bytes: every value, no runs.
+func pattern(_ count: Int, seed: Int = 0) -> [UInt8] {
+    (0..<count).map { UInt8(truncatingIfNeeded: ($0 &* 131) &+ ($0 >> 8) &+ seed) }
+}
+
+func openRead(_ path: String) -> FileDescriptor {
+    FileDescriptor(rawValue: open(path, O_RDONLY | O_CLOEXEC))
+}
+
+func makePipe() -> (read: FileDescriptor, write: FileDescriptor) {
+    var fds: [CInt] = [0, 0]
+    precondition(pipe(&fds) == 0)
+    for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+    return (FileDescriptor(rawValue: fds[0]), FileDescriptor(rawValue: fds[1]))
+}
+
+/// A cleanup handler that fulfils `promise` with its error.
+func cleanup(_ promise: Promise<Errno?>) -> @Sendable (Errno?) -> Void {
+    { error in promise.fulfil(error) }
+}
+
+/// Runs an engine round trip, which lets anything already submitted reach the kernel.
+func settle(_ engine: IOEngine) async {
+    await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in engine.nop { _ in c.resume() } }
+}
