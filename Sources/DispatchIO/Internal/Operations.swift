@@ -195,7 +195,7 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
             fd,
             into: UnsafeMutableRawBufferPointer(start: buffer, count: size),
             at: offset,
-            offload: positioned && IOTuning.readAheadDepth > 1,
+            offload: positioned && IOTuning.offload && IOTuning.readAheadDepth > 1,
             keepAlive: keep
         ) { [self, address = UInt(bitPattern: buffer)] completion in
             lock.withLock {
