@@ -33,6 +33,7 @@ public final class IOChannel: Sendable {
 
     /// Flags for ``close(flags:)``.
     public struct CloseFlags: OptionSet, Sendable {
+        /// The flags' bits.
         public let rawValue: UInt
         /// Creates flags from their raw value.
         public init(rawValue: UInt) { self.rawValue = rawValue }
@@ -42,6 +43,7 @@ public final class IOChannel: Sendable {
 
     /// Flags for ``setInterval(interval:flags:)``.
     public struct IntervalFlags: OptionSet, Sendable {
+        /// The flags' bits.
         public let rawValue: UInt
         /// Creates flags from their raw value.
         public init(rawValue: UInt) { self.rawValue = rawValue }
@@ -72,7 +74,13 @@ public final class IOChannel: Sendable {
         queue: WorkQueue,
         cleanupHandler: @escaping @Sendable (_ error: Errno?) -> Void
     ) {
-        self.init(type: type, fileDescriptor: fileDescriptor, queue: queue, engine: .shared, cleanupHandler: cleanupHandler)
+        self.init(
+            type: type,
+            fileDescriptor: fileDescriptor,
+            queue: queue,
+            engine: .shared,
+            cleanupHandler: cleanupHandler
+        )
     }
 
     package init(

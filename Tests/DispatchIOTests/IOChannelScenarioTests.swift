@@ -27,7 +27,15 @@ struct IOChannelScenarioTests {
             expected += Int(st.st_size)
             let cleaned = Promise<Errno?>()
             let channel = try #require(
-                IOChannel(type: .stream, path: FilePath(file), mode: .readOnly, queue: WorkQueue(label: "tree"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned)))
+                IOChannel(
+                    type: .stream,
+                    path: FilePath(file),
+                    mode: .readOnly,
+                    queue: WorkQueue(label: "tree"),
+                    engine: Engines.get(kind),
+                    cleanupHandler: cleanup(cleaned)
+                )
+            )
             let recorder = Recorder()
             channel.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
             let calls = await recorder.wait()
@@ -51,14 +59,25 @@ struct IOChannelScenarioTests {
         let fd = openRead(path)
         defer { try? fd.close() }
         let cleaned = Promise<Errno?>()
-        let channel = IOChannel(type: .random, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned))
+        let channel = IOChannel(
+            type: .random,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind),
+            cleanupHandler: cleanup(cleaned)
+        )
         channel.setLimit(highWater: 16 << 10)
         let recorder = Recorder()
         let stopped = Locked(false)
         channel.read(offset: 0, length: .max, queue: recorder.queue) { done, data, error in
             recorder.record(done, data, error)
             // B61: stopping from inside a handler is allowed.
-            if !done, stopped.withLock({ value in defer { value = true }; return !value }) {
+            if !done,
+                stopped.withLock({ value in
+                    defer { value = true }
+                    return !value
+                })
+            {
                 channel.close(flags: .stop)
             }
         }
@@ -84,7 +103,15 @@ struct IOChannelScenarioTests {
                 guard setgid(65534) == 0, setuid(65534) == 0 else { exit(1) }
             }
             let done = Promise<Errno?>()
-            guard let channel = IOChannel(type: .stream, path: FilePath(path), mode: .readOnly, queue: WorkQueue(label: "c"), cleanupHandler: { _ in }) else { exit(2) }
+            guard
+                let channel = IOChannel(
+                    type: .stream,
+                    path: FilePath(path),
+                    mode: .readOnly,
+                    queue: WorkQueue(label: "c"),
+                    cleanupHandler: { _ in }
+                )
+            else { exit(2) }
             channel.read(offset: 0, length: 1, queue: WorkQueue(label: "r")) { finished, _, error in
                 if finished { done.fulfil(error) }
             }
@@ -108,7 +135,9 @@ func regularFiles(under root: String) -> [String] {
     guard let dir = opendir(root) else { return [] }
     defer { closedir(dir) }
     while let entry = readdir(dir) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }
+        let name = withUnsafeBytes(of: entry.pointee.d_name) {
+            String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self)
+        }
         if name == "." || name == ".." { continue }
         let path = root + "/" + name
         var st = stat()

@@ -222,7 +222,8 @@ func spawnChild(_ arguments: [String]) -> (seconds: Double, rssKiB: Int, bytes: 
     var status: CInt = 0
     waitpid(pid, &status, 0)
     let fields = String(decoding: output, as: UTF8.self).split(separator: " ").map { String($0).trimmingSpaces }
-    guard fields.count == 3, let seconds = Double(fields[0]), let rss = Int(fields[1]), let bytes = Int(fields[2]) else {
+    guard fields.count == 3, let seconds = Double(fields[0]), let rss = Int(fields[1]), let bytes = Int(fields[2])
+    else {
         return nil
     }
     return (seconds, rss, bytes)
@@ -240,7 +241,9 @@ func format(_ value: Double, _ digits: Int = 2) -> String {
     return String((value * scale).rounded() / scale)
 }
 
-func pad(_ s: String, _ width: Int) -> String { s.count >= width ? s : s + String(repeating: " ", count: width - s.count) }
+func pad(_ s: String, _ width: Int) -> String {
+    s.count >= width ? s : s + String(repeating: " ", count: width - s.count)
+}
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 if arguments.first == "--run" {
@@ -250,7 +253,10 @@ if arguments.first == "--run" {
     let output = arguments[4]
     let size = Int(arguments[5])!
     let start = now()
-    let bytes = side == "ours" ? runOurs(name, input: input, output: output, size: size) : runTheirs(name, input: input, output: output, size: size)
+    let bytes =
+        side == "ours"
+        ? runOurs(name, input: input, output: output, size: size)
+        : runTheirs(name, input: input, output: output, size: size)
     let seconds = now() - start
     print("\(seconds) \(peakRSSKiB()) \(bytes)")
     exit(0)
@@ -262,9 +268,15 @@ var only: String?
 var index = 0
 while index < arguments.count {
     switch arguments[index] {
-    case "--size": sizeMiB = Int(arguments[index + 1])!; index += 1
-    case "--reps": reps = Int(arguments[index + 1])!; index += 1
-    case "--case": only = arguments[index + 1]; index += 1
+    case "--size":
+        sizeMiB = Int(arguments[index + 1])!
+        index += 1
+    case "--reps":
+        reps = Int(arguments[index + 1])!
+        index += 1
+    case "--case":
+        only = arguments[index + 1]
+        index += 1
     default: break
     }
     index += 1
@@ -276,7 +288,9 @@ var st = stat()
 if stat(input, &st) != 0 || Int(st.st_size) != size {
     let fd = open(input, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
     let block = UnsafeMutableRawPointer.allocate(byteCount: 1 << 20, alignment: 4096)
-    for i in 0..<(1 << 20) { block.storeBytes(of: UInt8(truncatingIfNeeded: i &* 131), toByteOffset: i, as: UInt8.self) }
+    for i in 0..<(1 << 20) {
+        block.storeBytes(of: UInt8(truncatingIfNeeded: i &* 131), toByteOffset: i, as: UInt8.self)
+    }
     for _ in 0..<sizeMiB { _ = write(fd, block, 1 << 20) }
     block.deallocate()
     close(fd)
@@ -287,8 +301,13 @@ let scratch = UnsafeMutableRawPointer.allocate(byteCount: 1 << 20, alignment: 40
 while read(warm, scratch, 1 << 20) > 0 {}
 close(warm)
 
-print("IOChannel vs DispatchIO, \(sizeMiB) MiB, warm page cache, median of \(reps) alternating runs (each in its own process)")
-print(pad("case", 14) + pad("ours GiB/s", 12) + pad("theirs GiB/s", 14) + pad("speed-up", 10) + pad("ours RSS", 11) + "theirs RSS")
+print(
+    "IOChannel vs DispatchIO, \(sizeMiB) MiB, warm page cache, median of \(reps) alternating runs (each in its own process)"
+)
+print(
+    pad("case", 14) + pad("ours GiB/s", 12) + pad("theirs GiB/s", 14) + pad("speed-up", 10) + pad("ours RSS", 11)
+        + "theirs RSS"
+)
 for name in cases where only == nil || only == name {
     var times: [[Double]] = [[], []]
     var rss: [[Double]] = [[], []]
@@ -298,7 +317,9 @@ for name in cases where only == nil || only == name {
                 print("\(name) \(label): child failed")
                 continue
             }
-            if result.bytes != size { print("\(name) \(label): \(result.bytes) bytes of \(size) — lost or duplicated!") }
+            if result.bytes != size {
+                print("\(name) \(label): \(result.bytes) bytes of \(size) — lost or duplicated!")
+            }
             times[side].append(result.seconds)
             rss[side].append(Double(result.rssKiB))
         }
