@@ -162,7 +162,13 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
         var submissions: [(UnsafeMutableRawPointer, Int, Int64?, Int)] = []
         var finished = false
         lock.withLock {
-            if !ended { deliverArrived() }
+            if ended {
+                // Chunks that complete after the end are not delivered; their buffers go back.
+                for (_, chunk) in arrived { pool.give(chunk.0) }
+                arrived.removeAll()
+            } else {
+                deliverArrived()
+            }
             if !ended && stopped {
                 end(error: .canceled)
             }
