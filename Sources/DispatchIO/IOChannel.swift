@@ -227,13 +227,7 @@ public final class IOChannel: Sendable {
             queue: queue,
             handler: handler
         )
-        if length < 0 || (type == .random && offset < 0) {
-            operation.fail(.invalidArgument)
-        } else if let refusal = core.refusal {
-            operation.fail(refusal)
-        } else {
-            core.entry.enqueue(.operation(operation))
-        }
+        submit(operation, invalid: length < 0 || (type == .random && offset < 0))
     }
 
     /// Writes `data`.
@@ -271,7 +265,12 @@ public final class IOChannel: Sendable {
             queue: queue,
             handler: handler
         )
-        if type == .random && offset < 0 {
+        submit(operation, invalid: type == .random && offset < 0)
+    }
+
+    /// Queues an operation, or fails it at once: EINVAL for bad arguments, ECANCELED on a closed channel.
+    private func submit(_ operation: IOOperation, invalid: Bool) {
+        if invalid {
             operation.fail(.invalidArgument)
         } else if let refusal = core.refusal {
             operation.fail(refusal)
