@@ -154,13 +154,21 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
     private var depth: Int { positioned ? IOTuning.readAheadDepth : 1 }
 
     /// Bytes the operation may hold at once: what is in flight, buffered, or in handlers not yet returned.
-    private var budget: Int { max(depth * pool.size, settings.lowWater == Int.max ? pool.size : settings.lowWater + pool.size) }
+    private var budget: Int {
+        max(depth * pool.size, settings.lowWater == Int.max ? pool.size : settings.lowWater + pool.size)
+    }
 
     override func progress() {
         var submissions: [(UnsafeMutableRawPointer, Int, Int64?, Int)] = []
         var finished = false
         lock.withLock {
-            if !ended { deliverArrived() }
+            if ended {
+                // Chunks that complete after the end are not delivered; their buffers go back.
+                for (_, chunk) in arrived { pool.give(chunk.0) }
+                arrived.removeAll()
+            } else {
+                deliverArrived()
+            }
             if !ended && stopped {
                 end(error: .canceled)
             }
@@ -169,7 +177,8 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
             {
                 if !positioned && !inFlight.isEmpty { break }
                 // One system call asks for at most what fits under the high water mark (B24).
-                let room = settings.highWater == Int.max
+                let room =
+                    settings.highWater == Int.max
                     ? Int.max : settings.highWater - pending.count - inFlight.values.reduce(0, +)
                 if room <= 0 { break }
                 let size = min(pool.size, length - issued, room)
@@ -195,13 +204,15 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
             fd,
             into: UnsafeMutableRawBufferPointer(start: buffer, count: size),
             at: offset,
-            offload: positioned && IOTuning.readAheadDepth > 1,
+            offload: positioned && IOTuning.offload && IOTuning.readAheadDepth > 1,
             keepAlive: keep
         ) { [self, address = UInt(bitPattern: buffer)] completion in
             lock.withLock {
                 inFlight[sequence] = nil
                 kernelIDs[sequence] = nil
-                arrived[sequence] = (UnsafeMutableRawPointer(bitPattern: address)!, completion.result, completion.error, size)
+                arrived[sequence] = (
+                    UnsafeMutableRawPointer(bitPattern: address)!, completion.result, completion.error, size
+                )
             }
             progress()
         }
@@ -412,7 +423,8 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
     private func submit(_ chunk: DispatchDataBuffer) {
         let buffers = chunk.regions.map(\.bytes)
         let position = lock.withLock { offset }
-        let id = entry.engine.writev(fd, from: buffers, at: position, keepAlive: KeepAlive(data: chunk)) { [self] completion in
+        let id = entry.engine.writev(fd, from: buffers, at: position, keepAlive: KeepAlive(data: chunk)) {
+            [self] completion in
             lock.withLock {
                 inFlight.removeAll()
                 kernelIDs.removeAll()
