@@ -54,7 +54,7 @@ extension EventSource {
         case .dataOr: core.record(or: data)
         case .dataReplace: core.record(replace: data)
         default:
-            preconditionFailure(
+            misuse(
                 "EventSource.merge(data:) on a \(core.kind.name) source: only data-add, data-or and data-replace sources take merged data"
             )
         }

@@ -50,7 +50,7 @@ extension EventSource {
     /// - Parameters:
     ///   - fileDescriptor: An open descriptor of the file or directory to watch; the source does not close it.
     ///   - eventMask: The events to report: non-empty, within ``FileSystemEvent/all``, else the process stops
-    ///     with a precondition failure (D3).
+    ///     with a message naming the misuse (D3).
     ///   - queue: The queue the handlers run on; `nil` means the default global queue.
     public static func makeFileSystemObjectSource(
         fileDescriptor: FileDescriptor,
@@ -66,12 +66,12 @@ extension EventSource {
         queue: WorkQueue?,
         engine: IOEngine
     ) -> EventSource {
-        precondition(
+        sourceRequire(
             !eventMask.isEmpty && FileSystemEvent.all.isSuperset(of: eventMask),
             "EventSource.makeFileSystemObjectSource: the event mask must be a non-empty subset of FileSystemEvent.all"
         )
         let fd = fileDescriptor.rawValue
-        precondition(fd >= 0, "EventSource.makeFileSystemObjectSource: negative descriptor \(fd)")
+        sourceRequire(fd >= 0, "EventSource.makeFileSystemObjectSource: negative descriptor \(fd)")
         let core = SourceCore(
             kind: .fileSystem,
             handle: UInt(fd),

@@ -36,7 +36,7 @@ extension EventSource {
     /// levels reported since the previous call. ``mask`` is `eventMask`, ``handle`` 0.
     ///
     /// - Parameters:
-    ///   - eventMask: One or both levels; an empty mask stops the process with a precondition failure.
+    ///   - eventMask: One or both levels; an empty mask stops the process with a message naming the misuse.
     ///   - queue: The queue the handlers run on; `nil` means the default global queue.
     /// - Throws: The `Errno` of opening `/proc/pressure/memory` or writing the trigger, when the kernel
     ///   offers no PSI (`ENOENT`: built without `CONFIG_PSI`, or booted with `psi=0`; `EOPNOTSUPP`), or
@@ -54,7 +54,7 @@ extension EventSource {
         engine: IOEngine,
         pressureFile: String = "/proc/pressure/memory"
     ) throws(Errno) -> EventSource {
-        precondition(
+        sourceRequire(
             !eventMask.isEmpty && eventMask.isSubset(of: [.warning, .critical]),
             "EventSource.makeMemoryPressureSource: the event mask must be .warning, .critical or both"
         )

@@ -44,8 +44,8 @@ extension EventSource {
     /// (`waitid(P_PIDFD, …, WNOWAIT)`); for any other process it stays `nil`.
     ///
     /// - Parameters:
-    ///   - identifier: The process identifier; it must be positive, else the process stops with a
-    ///     precondition failure (D3).
+    ///   - identifier: The process identifier; it must be positive, else the process stops with a message
+    ///     naming the misuse (D3).
     ///   - eventMask: Must be ``ProcessEvent/exit``.
     ///   - queue: The queue the handlers run on; `nil` means the default global queue.
     public static func makeProcessSource(
@@ -62,8 +62,8 @@ extension EventSource {
         queue: WorkQueue?,
         engine: IOEngine
     ) -> EventSource {
-        precondition(identifier > 0, "EventSource.makeProcessSource: \(identifier) is not a process identifier")
-        precondition(
+        sourceRequire(identifier > 0, "EventSource.makeProcessSource: \(identifier) is not a process identifier")
+        sourceRequire(
             eventMask == .exit,
             "EventSource.makeProcessSource: the event mask must be .exit (the only process event on Linux)"
         )

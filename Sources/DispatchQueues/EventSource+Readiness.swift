@@ -63,7 +63,7 @@ extension EventSource {
         _ engine: IOEngine
     ) -> EventSource {
         let fd = descriptor.rawValue
-        precondition(fd >= 0, "EventSource.make\(kind == .read ? "Read" : "Write")Source: negative descriptor \(fd)")
+        sourceRequire(fd >= 0, "EventSource.make\(kind == .read ? "Read" : "Write")Source: negative descriptor \(fd)")
         var status = stat()
         let regular = fstat(fd, &status) == 0 && (status.st_mode & S_IFMT) == S_IFREG
         let core = SourceCore(

@@ -46,8 +46,8 @@ extension EventSource {
     }
 
     package static func makeSignalSource(signal: Int32, queue: WorkQueue?, engine: IOEngine) -> EventSource {
-        precondition(signal >= 1 && signal < 65, "EventSource.makeSignalSource: \(signal) is not a signal number")
-        precondition(
+        sourceRequire(signal >= 1 && signal < 65, "EventSource.makeSignalSource: \(signal) is not a signal number")
+        sourceRequire(
             ![SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGILL, SIGFPE].contains(signal),
             "EventSource.makeSignalSource: signal \(signal) cannot be watched (it cannot be caught, or is a synchronous fault)"
         )
@@ -126,7 +126,7 @@ final class SignalEntry: @unchecked Sendable {
         sigemptyset(&set)
         sigaddset(&set, signal)
         let fd = systemSignalFD(-1, &set, nonBlockingCloseOnExec)
-        precondition(fd >= 0, "EventSource: signalfd for signal \(signal) failed: errno \(errno)")
+        sourceRequire(fd >= 0, "EventSource: signalfd for signal \(signal) failed: errno \(errno)")
         let readers = self.readers
         watch = PollWatch(engine: engine, fd: fd, events: .readable, ownsDescriptor: true) { _ in
             let count = SignalEntry.drain(fd)

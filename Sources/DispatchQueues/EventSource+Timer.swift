@@ -31,7 +31,7 @@ extension EventSource {
     }
 
     package static func makeTimerSource(flags: TimerFlags = [], queue: WorkQueue?, engine: IOEngine) -> EventSource {
-        precondition(
+        sourceRequire(
             flags.rawValue & ~TimerFlags.strict.rawValue == 0,
             "EventSource.makeTimerSource: unknown flags \(flags.rawValue)"
         )
@@ -60,7 +60,7 @@ extension EventSource {
         repeating interval: Duration? = nil,
         leeway: Duration = .zero
     ) {
-        precondition(
+        sourceRequire(
             core.kind == .timer,
             "EventSource.schedule on a \(core.kind.name) source: only timer sources have a schedule"
         )
@@ -70,7 +70,7 @@ extension EventSource {
     /// Makes a timer source never fire until the next ``schedule(deadline:repeating:leeway:)``, forgetting
     /// fires not yet delivered (libdispatch: a start of `DISPATCH_TIME_FOREVER`, SEMANTICS D27).
     public func unschedule() {
-        precondition(
+        sourceRequire(
             core.kind == .timer,
             "EventSource.unschedule on a \(core.kind.name) source: only timer sources have a schedule"
         )

@@ -42,11 +42,11 @@ public final class EventSource: @unchecked Sendable {
         let suspended = core.suspendCount > 0
         core.lock.unlock()
         // SEMANTICS D2 and C9: libdispatch crashes on both.
-        precondition(
+        sourceRequire(
             activated,
             "EventSource(\(core.kind.name)) released before it was activated (call activate() first)"
         )
-        precondition(
+        sourceRequire(
             !suspended,
             "EventSource(\(core.kind.name)) released while suspended (resume it before the last release)"
         )
@@ -124,7 +124,7 @@ public final class EventSource: @unchecked Sendable {
         }
         let activated = core.activated
         core.lock.unlock()
-        precondition(
+        sourceRequire(
             !activated,
             "Over-resume of EventSource(\(core.kind.name)): resume() called more times than suspend()"
         )

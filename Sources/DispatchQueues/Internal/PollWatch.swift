@@ -61,7 +61,7 @@ final class PollWatch: @unchecked Sendable {
             remove = stopped
         }
         lock.unlock()
-        if remove { engine.removePoll(id) { _ in } }
+        if remove { engine.cancel(id) { _ in } }
     }
 
     private func completed(_ completion: IOCompletion, sequence: UInt64) {
@@ -83,6 +83,11 @@ final class PollWatch: @unchecked Sendable {
     }
 
     /// Stops watching; `done` runs once nothing is in flight.
+    ///
+    /// The poll is withdrawn with ``IOEngine/cancel(_:then:)`` rather than `removePoll`: the POSIX engine
+    /// only finds a poll to remove once a pool thread has parked it, and a removal that arrives between
+    /// submission and parking would miss it and leave the poll (and this stop) waiting forever; a cancel
+    /// also catches the poll while it is queued or being parked.
     func stop(then done: @escaping @Sendable () -> Void) {
         lock.lock()
         guard !stopped else {
@@ -95,7 +100,7 @@ final class PollWatch: @unchecked Sendable {
         if armed {
             let id = opID
             lock.unlock()
-            if let id { engine.removePoll(id) { _ in } }
+            if let id { engine.cancel(id) { _ in } }
             return
         }
         let callback = takeFinishLocked()

@@ -386,3 +386,16 @@ final class TimerFireJob: QueueJob, @unchecked Sendable {
         core?.timerFired(generation: generation)
     }
 }
+
+/// Stops the process with `message` unless `condition` holds: the sources' misuse check. Built on
+/// ``misuse(_:file:line:)`` (`fatalError`), so that optimised builds keep the message, which a failed
+/// `precondition` would drop.
+@inline(__always)
+func sourceRequire(
+    _ condition: Bool,
+    _ message: @autoclosure () -> String,
+    file: StaticString = #fileID,
+    line: UInt = #line
+) {
+    if !condition { misuse(message(), file: file, line: line) }
+}
