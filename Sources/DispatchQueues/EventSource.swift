@@ -63,8 +63,11 @@ public final class EventSource: @unchecked Sendable {
     public func setEventHandler(handler: (@Sendable () -> Void)?) {
         guard !core.cancelled.load(ordering: .acquiring) else { return }
         core.lock.lock()
+        let old = core.eventHandler
         core.eventHandler = handler
         core.lock.unlock()
+        // Released outside the lock: the old handler may hold the last reference to this source.
+        withExtendedLifetime(old) {}
     }
 
     /// Sets the block run once after ``cancel()`` (see the type's discussion), or removes it with `nil`.
@@ -73,8 +76,10 @@ public final class EventSource: @unchecked Sendable {
     /// left the engine; ``data`` reads 0 inside it (SEMANTICS D17, D20).
     public func setCancelHandler(handler: (@Sendable () -> Void)?) {
         core.lock.lock()
+        let old = core.cancelHandler
         if !core.cancelEnqueued { core.cancelHandler = handler }
         core.lock.unlock()
+        withExtendedLifetime(old) {}
     }
 
     /// Sets the block run once, on the target queue, when the source is installed, before the first event
@@ -85,9 +90,11 @@ public final class EventSource: @unchecked Sendable {
     public func setRegistrationHandler(handler: (@Sendable () -> Void)?) {
         guard !core.cancelled.load(ordering: .acquiring) else { return }
         core.lock.lock()
+        let old = core.registrationHandler
         core.registrationHandler = handler
         let activated = core.activated
         core.lock.unlock()
+        withExtendedLifetime(old) {}
         if activated && handler != nil { core.scheduleDelivery() }
     }
 

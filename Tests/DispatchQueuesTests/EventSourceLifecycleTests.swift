@@ -308,6 +308,46 @@ struct EventSourceLifecycleTests {
         #expect(weakToken == nil)
     }
 
+    // D20: a handler holding the last reference to its own source is released after the cancel handler,
+    // and the source's deinit then runs without deadlocking (regression: handlers were released under the
+    // source's lock).
+    @Test("a self-capturing handler is released by cancel")
+    func selfCapturingHandler() {
+        final class Token: Sendable {
+            let released: WorkSemaphore
+            init(_ released: WorkSemaphore) { self.released = released }
+            deinit { released.signal() }
+        }
+        let released = WorkSemaphore(value: 0)
+        let cancelled = WorkSemaphore(value: 0)
+        do {
+            let source = EventSource.makeUserDataAddSource()
+            let token = Token(released)
+            source.setEventHandler { withExtendedLifetime((source, token)) {} }
+            source.setCancelHandler { cancelled.signal() }
+            source.activate()
+            source.merge(data: 1)
+            source.cancel()
+        }
+        expectSignalled(cancelled)
+        expectSignalled(released)
+    }
+
+    // D6: replacing a handler that holds the last reference to the source.
+    @Test("replacing a self-capturing handler from inside it")
+    func replaceSelfCapturingHandler() {
+        let done = WorkSemaphore(value: 0)
+        let source = EventSource.makeUserDataAddSource()
+        source.setEventHandler { [source] in
+            source.setEventHandler { done.signal() }
+            source.merge(data: 1)
+        }
+        source.activate()
+        source.merge(data: 1)
+        expectSignalled(done)
+        cancelAndWait(source)
+    }
+
     // D22: suspending the target queue stops delivery too.
     @Test("suspending the target queue holds the handler")
     func suspendedTarget() {

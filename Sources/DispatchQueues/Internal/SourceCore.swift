@@ -202,12 +202,12 @@ final class SourceCore: QueueJob, @unchecked Sendable {
     func runCancel() {
         latched.store(0, ordering: .releasing)
         lock.lock()
-        let handler = cancelHandler
-        cancelHandler = nil
-        eventHandler = nil
-        registrationHandler = nil
+        let handlers = takeHandlersLocked()
         lock.unlock()
-        handler?()
+        handlers.cancel?()
+        // Released here, outside the lock: a handler that captured the public source may hold its last
+        // reference, whose deinit takes the lock.
+        withExtendedLifetime(handlers) {}
     }
 
     // MARK: Lifecycle
@@ -261,12 +261,21 @@ final class SourceCore: QueueJob, @unchecked Sendable {
         timer.next = nil
         let armed = timer.armedID
         timer.armedID = nil
-        eventHandler = nil
-        registrationHandler = nil
-        cancelHandler = nil
+        let handlers = takeHandlersLocked()
         lock.unlock()
+        withExtendedLifetime(handlers) {}
         if let armed { engine.removeTimeout(armed) { _ in } }
         monitor?.stop { self.monitorDidStop(enqueueCancel: false) }
+    }
+
+    /// Moves every handler out, so that they are released by the caller after it unlocks. Lock held.
+    private func takeHandlersLocked() -> SourceHandlers {
+        defer {
+            eventHandler = nil
+            cancelHandler = nil
+            registrationHandler = nil
+        }
+        return SourceHandlers(event: eventHandler, cancel: cancelHandler, registration: registrationHandler)
     }
 
     private func monitorDidStop(enqueueCancel: Bool) {
@@ -369,6 +378,13 @@ final class SourceCore: QueueJob, @unchecked Sendable {
         pending.wrappingAdd(fires, ordering: .releasing)
         deliver()
     }
+}
+
+/// A source's handlers, taken out together.
+struct SourceHandlers {
+    var event: (@Sendable () -> Void)?
+    var cancel: (@Sendable () -> Void)?
+    var registration: (@Sendable () -> Void)?
 }
 
 /// One timer fire travelling to the source's queue; it holds the source weakly so that a released or
