@@ -32,6 +32,9 @@ extension EventSource {
     ///   one thread (`raise`, `pthread_kill`) that already has it blocked stays pending for that thread
     ///   only, where the signalfd, read on the engine's thread, cannot see it.
     /// - While a source exists, a handler of your own for the signal does not run.
+    /// - A process started (`posix_spawn`, `fork` + `exec`) from a thread that has the signal blocked
+    ///   starts with it blocked too, as POSIX keeps the mask across `exec`; libdispatch's worker threads,
+    ///   which block every asynchronous signal, pass on the same.
     ///
     /// `signal` must be in `1..<NSIG` and must not be `SIGKILL`, `SIGSTOP` (which cannot be caught) or
     /// one of the synchronous fault signals `SIGSEGV`, `SIGBUS`, `SIGILL`, `SIGFPE`; anything else is a
