@@ -76,8 +76,7 @@ final class SignalMonitor: SourceMonitor, @unchecked Sendable {
     func start() {}
 
     func stop(then done: @escaping @Sendable () -> Void) {
-        SignalRegistry.shared.detach(core.takeUnretainedValue(), from: entry)
-        done()
+        SignalRegistry.shared.detach(core.takeUnretainedValue(), from: entry, then: done)
     }
 }
 
@@ -103,16 +102,23 @@ final class SignalRegistry: @unchecked Sendable {
         return entry
     }
 
-    func detach(_ core: SourceCore, from entry: SignalEntry) {
+    /// Removes `core` from the readers; `done` runs at once, or, when it was the last reader, once the
+    /// signalfd is closed and the previous action is back.
+    func detach(_ core: SourceCore, from entry: SignalEntry, then done: @escaping @Sendable () -> Void) {
         lock.lock()
-        defer { lock.unlock() }
         let empty = entry.readers.withLock { readers in
             readers[ObjectIdentifier(core)] = nil
             return readers.isEmpty
         }
-        guard empty, entries[entry.signal] === entry else { return }
+        guard empty, entries[entry.signal] === entry else {
+            lock.unlock()
+            done()
+            return
+        }
         entries[entry.signal] = nil
-        entry.close()
+        entry.restoreAction()
+        lock.unlock()
+        entry.watch.stop(then: done)
     }
 }
 
@@ -162,10 +168,10 @@ final class SignalEntry: @unchecked Sendable {
         }
     }
 
-    /// Puts the previous action back and stops reading; the descriptor closes once the engine let go.
-    func close() {
+    /// Puts the previous action back. Registry lock held, so that a new first source cannot save our
+    /// forwarding action as "previous".
+    func restoreAction() {
         sigaction(signal, &previousAction, nil)
-        watch.stop {}
     }
 }
 

@@ -175,6 +175,26 @@ struct EventSourceProcessTests {
         }
     }
 
+    // D35: a zombie (exited, not yet reaped) gives its exit at once, with its status.
+    @Test("zombie child", arguments: EngineKind.allCases)
+    func zombie(kind: EngineKind) {
+        withSourceEngine(kind) { engine in
+            let pid = spawnShell("exit 5")
+            var info = siginfo_t()
+            // Wait for the exit without reaping: the child stays a zombie.
+            #expect(waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) == 0)
+            let source = EventSource.makeProcessSource(identifier: pid, eventMask: .exit, queue: nil, engine: engine)
+            let seen = Seen()
+            source.setEventHandler { seen.add(source.data) }
+            source.activate()
+            seen.next()
+            #expect(source.terminationStatus == .exited(5))
+            var raw: CInt = 0
+            #expect(waitpid(pid, &raw, 0) == pid)
+            cancelAndWait(source)
+        }
+    }
+
     // D35: a process that does not exist gives one synthetic exit.
     @Test("non-existent pid: one synthetic exit", arguments: EngineKind.allCases)
     func missing(kind: EngineKind) {
@@ -329,6 +349,66 @@ struct EventSourceMemoryPressureTests {
                     pressureFile: "/proc/pressure/nonexistent"
                 )
             }
+        }
+    }
+}
+
+/// Every kind of source, created, activated and cancelled, leaves no descriptor open: the cancel handler
+/// runs after the source's own descriptors (signalfd, pidfd, inotify, PSI trigger) are closed.
+@Suite("EventSource descriptors", .timeLimit(.minutes(1)))
+struct EventSourceDescriptorTests {
+    static func openDescriptors() -> Int {
+        guard let directory = opendir("/proc/self/fd") else { return -1 }
+        defer { closedir(directory) }
+        var count = 0
+        while readdir(directory) != nil { count += 1 }
+        return count
+    }
+
+    @Test("no descriptor leaks", arguments: EngineKind.allCases)
+    func noLeaks(kind: EngineKind) throws {
+        try withSourceEngine(kind) { engine in
+            let directory = SourceTemporaryDirectory()
+            defer { directory.remove() }
+            let file = try FileDescriptor.open(
+                FilePath(directory.path + "/f"),
+                .readWrite,
+                options: [.create],
+                permissions: .ownerReadWrite
+            )
+            defer { try? file.close() }
+            let pid = spawnShell("exit 0")
+            defer {
+                var raw: CInt = 0
+                _ = waitpid(pid, &raw, 0)
+            }
+            let before = Self.openDescriptors()
+            for _ in 0..<3 {
+                var sources: [EventSource] = [
+                    EventSource.makeSignalSource(signal: 42, queue: nil, engine: engine),
+                    EventSource.makeProcessSource(identifier: pid, eventMask: .exit, queue: nil, engine: engine),
+                    EventSource.makeFileSystemObjectSource(
+                        fileDescriptor: file,
+                        eventMask: .all,
+                        queue: nil,
+                        engine: engine
+                    ),
+                    EventSource.makeReadSource(fileDescriptor: file, queue: nil, engine: engine),
+                    EventSource.makeTimerSource(queue: nil, engine: engine),
+                ]
+                if let pressure = try? EventSource.makeMemoryPressureSource(
+                    eventMask: .warning,
+                    queue: nil,
+                    engine: engine
+                ) {
+                    sources.append(pressure)
+                }
+                for source in sources {
+                    source.activate()
+                    cancelAndWait(source)
+                }
+            }
+            #expect(Self.openDescriptors() == before)
         }
     }
 }

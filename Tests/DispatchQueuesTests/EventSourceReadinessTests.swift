@@ -186,4 +186,68 @@ struct EventSourceReadinessTests {
             try pipe.write.close()
         }
     }
+
+    // D13: a listening socket reports 1 (FIONREAD does not apply to it).
+    @Test("listening socket: data 1", arguments: EngineKind.allCases)
+    func listening(kind: EngineKind) {
+        withSourceEngine(kind) { engine in
+            let directory = SourceTemporaryDirectory()
+            defer { directory.remove() }
+            let path = directory.path + "/socket"
+            let server = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue), 0)
+            let client = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue), 0)
+            defer {
+                close(server)
+                close(client)
+            }
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                path.utf8CString.withUnsafeBytes { raw.copyMemory(from: $0) }
+            }
+            let length = socklen_t(MemoryLayout<sockaddr_un>.size)
+            let bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(server, $0, length) }
+            }
+            #expect(bound == 0)
+            #expect(listen(server, 4) == 0)
+            let source = EventSource.makeReadSource(
+                fileDescriptor: FileDescriptor(rawValue: server),
+                queue: nil,
+                engine: engine
+            )
+            let seen = Seen()
+            source.setEventHandler {
+                seen.add(source.data)
+                let accepted = accept(server, nil, nil)
+                if accepted >= 0 { close(accepted) }
+            }
+            source.activate()
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, length) }
+            }
+            #expect(connected == 0)
+            seen.next()
+            #expect(seen.all == [1])
+            cancelAndWait(source)
+        }
+    }
+
+    // D30 for writes: once the reader is gone the write source fires once more (data 1) and goes quiet.
+    @Test("write source: reader gone, one last event", arguments: EngineKind.allCases)
+    func writeHangup(kind: EngineKind) throws {
+        try withSourceEngine(kind) { engine in
+            let pipe = SourcePipe()
+            defer { try? pipe.write.close() }
+            try pipe.read.close()
+            let source = EventSource.makeWriteSource(fileDescriptor: pipe.write, queue: nil, engine: engine)
+            let seen = Seen()
+            source.setEventHandler { seen.add(source.data) }
+            source.activate()
+            seen.next()
+            #expect(seen.nothing(within: .milliseconds(100)))
+            #expect(seen.all == [1])
+            cancelAndWait(source)
+        }
+    }
 }

@@ -191,6 +191,27 @@ struct EventSourceTimerTests {
         }
     }
 
+    // D28: leeway is clamped to half the interval: a 10 s leeway on a 20 ms timer still fires every
+    // 20–30 ms, not 10 s late.
+    @Test("leeway is clamped to half the interval", arguments: TimerEngine.allCases)
+    func leewayClamp(engine kind: TimerEngine) {
+        kind.run { engine in
+            let source = EventSource.makeTimerSource(queue: nil, engine: engine)
+            let total = Atomic<UInt>(0)
+            let done = WorkSemaphore(value: 0)
+            source.setEventHandler {
+                if total.wrappingAdd(source.data, ordering: .relaxed).newValue >= 5 { done.signal() }
+            }
+            let start = ContinuousClock.now
+            source.schedule(deadline: start + .milliseconds(20), repeating: .milliseconds(20), leeway: .seconds(10))
+            source.activate()
+            #expect(done.wait(timeout: .seconds(5)) == .success)
+            cancelAndWait(source)
+            // Five fires by 100 ms plus at most 10 ms of leeway; generous slack for a loaded machine.
+            #expect(start.duration(to: .now) < .seconds(3))
+        }
+    }
+
     // C21-style check for sources: many timers, none early.
     @Test("500 one-shot timer sources, none early")
     func manyTimers() {
