@@ -30,7 +30,7 @@ final class MainRunner: @unchecked Sendable {
     func run() -> Never {
         let context = ThreadContext.current
         lock.lock()
-        if !(drainer == nil) { misuse("dispatchMain() called twice") }
+        if drainer != nil { misuse("dispatchMain() called twice") }
         drainer = context
         lock.unlock()
         context.isMainDrainer = true

@@ -147,8 +147,8 @@ public final class WorkQueue: @unchecked Sendable {
         let inactive = !isActive
         lock.unlock()
         // SEMANTICS C9 and C11: libdispatch crashes on both; held blocks would otherwise vanish silently.
-        if !(!suspended) { misuse("WorkQueue '\(label)' released while suspended (resume it before the last release)") }
-        if !(!inactive) { misuse("WorkQueue '\(label)' released while inactive (activate it before the last release)") }
+        if suspended { misuse("WorkQueue '\(label)' released while suspended (resume it before the last release)") }
+        if inactive { misuse("WorkQueue '\(label)' released while inactive (activate it before the last release)") }
     }
 
     // MARK: Global and main queues
@@ -367,7 +367,9 @@ public final class WorkQueue: @unchecked Sendable {
     /// old destructor there, so that a value's `deinit` never runs under the queue's lock. The global
     /// queues do not support values: calling this on one is a programming error (C17).
     public func setSpecific<Value>(key: SpecificKey<Value>, value: Value?) {
-        if !(isCustom) { misuse("WorkQueue.setSpecific: global queue '\(label)' does not support queue-specific values") }
+        if !isCustom {
+            misuse("WorkQueue.setSpecific: global queue '\(label)' does not support queue-specific values")
+        }
         let id = ObjectIdentifier(key)
         lock.lock()
         let old: (key: AnyObject, value: any Sendable)?

@@ -43,7 +43,7 @@ public final class WorkSemaphore: @unchecked Sendable {
     /// Releasing the semaphore while its value is below `value` (someone still owes a signal, or waits)
     /// also stops the process, as libdispatch does (C30).
     public init(value: Int) {
-        if !(value >= 0) { misuse("WorkSemaphore(value:) with a negative value (\(value))") }
+        if value < 0 { misuse("WorkSemaphore(value:) with a negative value (\(value))") }
         initialValue = value
         self.value = Atomic(value)
         sleepers = .allocate(capacity: 1)
