@@ -748,6 +748,28 @@ struct IOChannelTests {
         channel.close()
     }
 
+    /// B49, B59: barriers run on the channel's target queue; B41/B44: on a path channel the file is open
+    /// inside the barrier.
+    @Test(arguments: EngineKind.allCases)
+    func barriersRunOnTheTargetQueueWithTheFileOpen(kind: EngineKind) async throws {
+        let path = dir.make("f", pattern(10))
+        defer { dir.cleanup() }
+        let channel = try #require(
+            IOChannel(type: .random, path: FilePath(path), mode: .readOnly, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in })
+        let target = WorkQueue(label: "barrier-target")
+        let key = WorkQueue.SpecificKey<String>()
+        target.setSpecific(key: key, value: "target")
+        channel.setTarget(queue: target)
+        let seen = Promise<(String?, Bool)>()
+        channel.barrier {
+            seen.fulfil((WorkQueue.getSpecific(key: key), channel.fileDescriptor != nil))
+        }
+        let (label, open) = await seen.get()
+        #expect(label == "target")
+        #expect(open)
+        channel.close()
+    }
+
     @Test(arguments: EngineKind.allCases)
     func handlerCallsOfOneOperationNeverOverlap(kind: EngineKind) async throws {
         let bytes = pattern(600_000)
