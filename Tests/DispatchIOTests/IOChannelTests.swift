@@ -755,7 +755,14 @@ struct IOChannelTests {
         let path = dir.make("f", pattern(10))
         defer { dir.cleanup() }
         let channel = try #require(
-            IOChannel(type: .random, path: FilePath(path), mode: .readOnly, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in })
+            IOChannel(
+                type: .random,
+                path: FilePath(path),
+                mode: .readOnly,
+                queue: WorkQueue(label: "c"),
+                engine: Engines.get(kind)
+            ) { _ in }
+        )
         let target = WorkQueue(label: "barrier-target")
         let key = WorkQueue.SpecificKey<String>()
         target.setSpecific(key: key, value: "target")
@@ -903,7 +910,13 @@ struct IOChannelTests {
         _ = fcntl(pipe.read.rawValue, F_SETFL, O_NONBLOCK)
         let before = fcntl(pipe.read.rawValue, F_GETFL)
         let cleaned = Promise<Errno?>()
-        let channel = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned))
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: pipe.read,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind),
+            cleanupHandler: cleanup(cleaned)
+        )
         channel.setLimit(lowWater: 1)
         let recorder = Recorder()
         channel.read(offset: 0, length: 4, queue: recorder.queue, handler: recorder.handler)

@@ -173,6 +173,9 @@ final class FileEntry: @unchecked Sendable {
 
     var isValidated: Bool { validated }
 
+    /// Whether operations or barriers wait to start.
+    var hasQueuedItems: Bool { lock.withLock { !items.isEmpty } }
+
     /// A channel closed: tear down once nothing uses the entry.
     func channelClosed() {
         let actions = lock.withLock { pump() }
