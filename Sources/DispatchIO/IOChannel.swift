@@ -289,11 +289,18 @@ public final class IOChannel: Sendable {
         core.close(stop: flags.contains(.stop))
     }
 
-    /// Runs `barrier` once, on a global queue, after every operation submitted earlier on this channel and
+    /// Runs `barrier` once, on the channel's target queue (the default global queue unless
+    /// ``setTarget(queue:)`` chose another), after every operation submitted earlier on this channel and
     /// on every channel sharing its descriptor has completed; operations submitted later wait until it
-    /// returns (B48, B49). It may use ``fileDescriptor`` (`fsync`, `lseek`), but must not close it.
+    /// returns (B48, B49). It may use ``fileDescriptor`` (`fsync`, `lseek`), but must not close it. On a
+    /// path channel the file is opened before the barrier runs, so ``fileDescriptor`` is there (B41).
     public func barrier(execute barrier: @escaping @Sendable () -> Void) {
-        core.entry.enqueue(.barrier(barrier))
+        core.entry.enqueue(.barrier(core.targetQueue, barrier))
+    }
+
+    /// Sets the queue that barriers submitted afterwards run on (B59).
+    public func setTarget(queue: WorkQueue) {
+        core.targetQueue = queue
     }
 
     /// The descriptor, or `nil` once the channel is closed or stopped, if it failed, or, for a path

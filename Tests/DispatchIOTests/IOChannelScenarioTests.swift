@@ -89,6 +89,89 @@ struct IOChannelScenarioTests {
         #expect(cleanupError == nil)
     }
 
+    /// The copy pattern (each chunk read is written to another channel) reads far faster than the page
+    /// cache takes writes; reads wait while more than 16 MiB of writes are pending, and wake up again.
+    @Test(arguments: EngineKind.allCases)
+    func copyThroughTwoChannelsIsComplete(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let bytes = pattern(24 << 20, seed: 3)
+        let source = openRead(dir.make("source", bytes))
+        defer { try? source.close() }
+        let target = FileDescriptor(rawValue: open(dir.file("target"), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644))
+        defer { try? target.close() }
+        let engine = Engines.get(kind)
+        let reader = IOChannel(type: .stream, fileDescriptor: source, queue: WorkQueue(label: "r"), engine: engine) {
+            _ in
+        }
+        let writer = IOChannel(type: .stream, fileDescriptor: target, queue: WorkQueue(label: "w"), engine: engine) {
+            _ in
+        }
+        let queue = WorkQueue(label: "copy")
+        let written = Locked(0)
+        let done = Promise<Void>()
+        reader.read(offset: 0, length: .max, queue: queue) { _, data, error in
+            #expect(error == nil)
+            guard let data, !data.isEmpty else { return }
+            writer.write(offset: 0, data: data, queue: queue) { finished, _, error in
+                #expect(error == nil)
+                if finished,
+                    written.withLock({ value -> Int in
+                        value += data.count
+                        return value
+                    }) == bytes.count
+                {
+                    done.fulfil(())
+                }
+            }
+        }
+        await done.get()
+        reader.close()
+        writer.close()
+        let copy = try #require(readWholeFile(dir.file("target")))
+        #expect(copy == bytes)
+    }
+
+    /// The same pattern on one stream channel of one file: the writes queue behind the read on the file's
+    /// single lane, so the read must not wait for them (it would wait forever).
+    @Test(arguments: EngineKind.allCases)
+    func copyIntoTheSameDescriptorDoesNotDeadlock(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let bytes = pattern(24 << 20, seed: 5)
+        let path = dir.make("file", bytes)
+        let fd = FileDescriptor(rawValue: open(path, O_RDWR | O_CLOEXEC))
+        defer { try? fd.close() }
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
+        let queue = WorkQueue(label: "copy")
+        let written = Locked(0)
+        let done = Promise<Void>()
+        channel.read(offset: 0, length: .max, queue: queue) { _, data, _ in
+            guard let data, !data.isEmpty else { return }
+            channel.write(offset: 0, data: data, queue: queue) { finished, _, error in
+                #expect(error == nil)
+                if finished,
+                    written.withLock({ value -> Int in
+                        value += data.count
+                        return value
+                    }) == bytes.count
+                {
+                    done.fulfil(())
+                }
+            }
+        }
+        await done.get()
+        channel.close()
+        let result = try #require(readWholeFile(path))
+        #expect(result.count == 2 * bytes.count)
+        #expect(Array(result[bytes.count...]) == bytes)
+    }
+
     /// B42 with a real EACCES: as an unprivileged user (a child process that drops root), a path channel
     /// on a file it may not read fails every operation with EACCES.
     @Test func permissionDeniedForAnUnprivilegedUser() async {
@@ -149,4 +232,18 @@ func regularFiles(under root: String) -> [String] {
         }
     }
     return result.sorted()
+}
+
+func readWholeFile(_ path: String) -> [UInt8]? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var result: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 1 << 20)
+    while true {
+        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n <= 0 { break }
+        result += buffer[0..<n]
+    }
+    return result
 }

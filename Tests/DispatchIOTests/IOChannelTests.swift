@@ -748,6 +748,35 @@ struct IOChannelTests {
         channel.close()
     }
 
+    /// B49, B59: barriers run on the channel's target queue; B41/B44: on a path channel the file is open
+    /// inside the barrier.
+    @Test(arguments: EngineKind.allCases)
+    func barriersRunOnTheTargetQueueWithTheFileOpen(kind: EngineKind) async throws {
+        let path = dir.make("f", pattern(10))
+        defer { dir.cleanup() }
+        let channel = try #require(
+            IOChannel(
+                type: .random,
+                path: FilePath(path),
+                mode: .readOnly,
+                queue: WorkQueue(label: "c"),
+                engine: Engines.get(kind)
+            ) { _ in }
+        )
+        let target = WorkQueue(label: "barrier-target")
+        let key = WorkQueue.SpecificKey<String>()
+        target.setSpecific(key: key, value: "target")
+        channel.setTarget(queue: target)
+        let seen = Promise<(String?, Bool)>()
+        channel.barrier {
+            seen.fulfil((WorkQueue.getSpecific(key: key), channel.fileDescriptor != nil))
+        }
+        let (label, open) = await seen.get()
+        #expect(label == "target")
+        #expect(open)
+        channel.close()
+    }
+
     @Test(arguments: EngineKind.allCases)
     func handlerCallsOfOneOperationNeverOverlap(kind: EngineKind) async throws {
         let bytes = pattern(600_000)
@@ -881,7 +910,13 @@ struct IOChannelTests {
         _ = fcntl(pipe.read.rawValue, F_SETFL, O_NONBLOCK)
         let before = fcntl(pipe.read.rawValue, F_GETFL)
         let cleaned = Promise<Errno?>()
-        let channel = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned))
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: pipe.read,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind),
+            cleanupHandler: cleanup(cleaned)
+        )
         channel.setLimit(lowWater: 1)
         let recorder = Recorder()
         channel.read(offset: 0, length: 4, queue: recorder.queue, handler: recorder.handler)

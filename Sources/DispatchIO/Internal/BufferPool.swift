@@ -85,3 +85,44 @@ enum IOTuning {
     /// Default low water mark (B21).
     static let defaultLowWater = 1 << 20
 }
+
+/// Bytes submitted for writing to regular files and not yet written, process-wide, and the reads that
+/// wait for that backlog to shrink.
+///
+/// The usual copy — a read handler that writes each chunk to another channel — reads a warm file far
+/// faster than the page cache takes writes, and without this the difference piles up in pending writes
+/// (390 MiB for a 1 GiB copy, measured). libdispatch bounds it by running one system call per device at
+/// a time; here reads from regular files simply stop issuing while more than `limit` bytes wait to be
+/// written to regular files. Writes to regular files always make progress on their own, so this cannot
+/// deadlock; writes to pipes and sockets are not counted, since they may wait on a peer forever.
+final class WriteBacklog: @unchecked Sendable {
+    static let shared = WriteBacklog(limit: 16 << 20)
+
+    let limit: Int
+    private let lock = Lock()
+    private var bytes = 0
+    private var waiting: [IOOperation] = []
+
+    init(limit: Int) { self.limit = limit }
+
+    func add(_ count: Int) { lock.withLock { bytes += count } }
+
+    func remove(_ count: Int) {
+        let wake = lock.withLock { () -> [IOOperation] in
+            bytes -= count
+            guard bytes <= limit, !waiting.isEmpty else { return [] }
+            defer { waiting.removeAll() }
+            return waiting
+        }
+        for operation in wake { operation.progress() }
+    }
+
+    /// Whether a read may issue now; if not, `operation` is woken once the backlog is under the limit.
+    func admit(_ operation: IOOperation) -> Bool {
+        lock.withLock {
+            if bytes <= limit { return true }
+            if !waiting.contains(where: { $0 === operation }) { waiting.append(operation) }
+            return false
+        }
+    }
+}

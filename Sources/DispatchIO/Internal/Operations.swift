@@ -176,6 +176,9 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                 pending.count + outstanding + inFlight.values.reduce(0, +) < budget
             {
                 if !positioned && !inFlight.isEmpty { break }
+                // Only a read whose own file has nothing queued behind it may wait for the backlog: a write
+                // queued on the same file's lane could otherwise wait for this read forever.
+                if positioned && !entry.hasQueuedItems && !WriteBacklog.shared.admit(self) { break }
                 // One system call asks for at most what fits under the high water mark (B24).
                 let room =
                     settings.highWater == Int.max
@@ -355,7 +358,12 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         self.requestedOffset = offset
         self.handler = handler
         super.init(channel: channel, settings: settings, queue: queue)
+        // Descriptor channels know their file at once; a path channel's writes are not counted.
+        countsInBacklog = entry.lock.withLock { entry.kind == .regular }
+        if countsInBacklog { WriteBacklog.shared.add(data.count) }
     }
+
+    private var countsInBacklog = false
 
     override var isWrite: Bool { true }
 
@@ -366,6 +374,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
             reportedFinished = true
             return remaining
         }
+        if countsInBacklog { WriteBacklog.shared.remove(data.count) }
         let handler = self.handler
         handlerQueue.async { handler(true, data, error) }
     }
@@ -452,6 +461,11 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         ended = true
         if let position = streamPositionToRestore {
             lseek(fd, off_t(position) + written, SEEK_SET)
+        }
+        if countsInBacklog {
+            let count = remaining.count + written
+            // Woken reads take this operation's lock only after it is released.
+            handlerQueue.async { WriteBacklog.shared.remove(count) }
         }
         if let error {
             deliver(done: true, data: remaining, error: error)
