@@ -11,7 +11,9 @@ extension EventSource {
     /// On Linux they come from inotify, mapped as SEMANTICS D36 says: `IN_DELETE_SELF`, or an attribute
     /// change that leaves no link, is ``delete``; `IN_MODIFY` is ``write``, and also ``extend`` when the file
     /// grew; `IN_ATTRIB` is ``attrib``, and also ``link`` when the link count changed; `IN_MOVE_SELF` is
-    /// ``rename``. Darwin's `REVOKE` and `FUNLOCK` have no inotify counterpart and are not offered.
+    /// ``rename``; on a directory, an entry created, deleted or moved in or out (`IN_CREATE`, `IN_DELETE`,
+    /// `IN_MOVED_FROM`, `IN_MOVED_TO`) is ``write``, as kqueue reports it. Darwin's `REVOKE` and `FUNLOCK`
+    /// have no inotify counterpart and are not offered.
     public struct FileSystemEvent: OptionSet, Sendable {
         /// The raw bits, as ``EventSource/mask`` and ``EventSource/data`` report them.
         public let rawValue: UInt
@@ -94,7 +96,7 @@ final class FileSystemMonitor: SourceMonitor, @unchecked Sendable {
             watch = nil
             return
         }
-        let wanted = UInt32(IN_MODIFY | IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF)
+        let wanted = UInt32(IN_MODIFY | IN_ATTRIB | IN_MOVE_SELF | IN_DELETE_SELF | FileSystemMonitor.entryChanges)
         guard inotify_add_watch(inotify, "/proc/self/fd/\(fd)", wanted) >= 0 else {
             _ = Glibc.close(inotify)
             watch = nil
@@ -118,6 +120,10 @@ final class FileSystemMonitor: SourceMonitor, @unchecked Sendable {
         if let watch { watch.stop(then: done) } else { done() }
     }
 
+    /// A directory's entries changing (created, deleted, moved in or out): a write to the directory, as
+    /// kqueue reports it.
+    static let entryChanges = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO
+
     static func sizeAndLinks(_ fd: CInt) -> (size: Int64, links: UInt64) {
         var status = stat()
         guard fstat(fd, &status) == 0 else { return (0, 0) }
@@ -137,6 +143,7 @@ final class FileSystemMonitor: SourceMonitor, @unchecked Sendable {
             if now.links != baseline.value.links { bits |= EventSource.FileSystemEvent.link.rawValue }
             if now.links == 0 { bits |= EventSource.FileSystemEvent.delete.rawValue }
         }
+        if inotifyMask & UInt32(entryChanges) != 0 { bits |= EventSource.FileSystemEvent.write.rawValue }
         if inotifyMask & UInt32(IN_MOVE_SELF) != 0 { bits |= EventSource.FileSystemEvent.rename.rawValue }
         if inotifyMask & UInt32(IN_DELETE_SELF) != 0 { bits |= EventSource.FileSystemEvent.delete.rawValue }
         baseline.value = now

@@ -275,6 +275,37 @@ struct EventSourceFileSystemTests {
         }
     }
 
+    // D36: a directory's entries changing is a write to the directory; removing it is a delete.
+    @Test("directory: entries created and removed are writes", arguments: EngineKind.allCases)
+    func directory(kind: EngineKind) throws {
+        try withSourceEngine(kind) { engine in
+            let directory = SourceTemporaryDirectory()
+            defer { directory.remove() }
+            let handle = try FileDescriptor.open(FilePath(directory.path), .readOnly, options: [.directory])
+            defer { try? handle.close() }
+            let source = EventSource.makeFileSystemObjectSource(
+                fileDescriptor: handle,
+                eventMask: [.write, .delete],
+                queue: nil,
+                engine: engine
+            )
+            let seen = Seen()
+            let ready = WorkSemaphore(value: 0)
+            source.setRegistrationHandler { ready.signal() }
+            source.setEventHandler { seen.add(source.data) }
+            source.activate()
+            expectSignalled(ready)
+            let created = observe(seen) {
+                let fd = open(directory.path + "/entry", O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
+                close(fd)
+            }
+            #expect(created == .write)
+            let removed = observe(seen) { _ = unlink(directory.path + "/entry") }
+            #expect(removed == .write)
+            cancelAndWait(source)
+        }
+    }
+
     // D36: a mask filters; renames one after another are each reported (T:dispatch_vnode.c, with 100).
     @Test("100 renames, each reported", arguments: EngineKind.allCases)
     func renames(kind: EngineKind) throws {
