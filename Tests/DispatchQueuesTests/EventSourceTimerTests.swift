@@ -102,9 +102,10 @@ struct EventSourceTimerTests {
             seen.next()
             cancelAndWait(source)
             let values = seen.all
-            #expect(values[0] == 1)
-            // 200 ms of a 10 ms timer: about 20 fires in the second call (libdispatch: 21).
-            #expect(values[1] >= 15 && values[1] <= 25)
+            // The first call normally counts 1 (more if the machine delayed it); 200 ms of a 10 ms timer
+            // then give about 20 fires in the second call (libdispatch: 21).
+            #expect(values[0] >= 1)
+            #expect(values[1] >= 15 && values[0] + values[1] <= 40)
         }
     }
 
@@ -123,7 +124,8 @@ struct EventSourceTimerTests {
             seen.next()
             cancelAndWait(source)
             let first = seen.all[0]
-            #expect(first >= 8 && first <= 12)
+            // 200 ms / 20 ms: 10 (libdispatch: 10); more only if the resume itself was delayed.
+            #expect(first >= 8 && first <= 20)
         }
     }
 
@@ -146,7 +148,10 @@ struct EventSourceTimerTests {
             seen.next()
             seen.next()
             #expect(seen.nothing(within: .milliseconds(100)))
-            #expect(seen.all == [1, 1])
+            // The first call may count more than one 5 ms fire on a slow machine (D11); the rescheduled
+            // one-shot fires exactly once.
+            let values = seen.all
+            #expect(values.count == 2 && values[0] >= 1 && values[1] == 1)
             cancelAndWait(source)
         }
     }
