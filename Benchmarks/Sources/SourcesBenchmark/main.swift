@@ -215,7 +215,17 @@ func compare(_ name: String, _ columns: (String, String), ours: () -> (Double, D
     print(pad(name + " " + columns.1), fixed(mine.1, 1), fixed(their.1, 1), fixed(mine.1 / their.1, 2, width: 8))
 }
 
-print("SourcesBenchmark: \(rounds) rounds per row, alternating ours/libdispatch, medians")
+/// The first field of /proc/loadavg: timer tails are dominated by other load on the machine, so it is printed.
+func loadAverage() -> String {
+    guard let file = fopen("/proc/loadavg", "r") else { return "?" }
+    defer { fclose(file) }
+    var buffer = [CChar](repeating: 0, count: 64)
+    guard fgets(&buffer, 64, file) != nil else { return "?" }
+    let text = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    return String(text.split(separator: " ").first ?? "?")
+}
+
+print("SourcesBenchmark: \(rounds) rounds per row, alternating ours/libdispatch, medians; load \(loadAverage())")
 print(pad("row"), "        ours", " libdispatch", "   ratio")
 compare("10k timers over 1 s, lateness", ("p50 us", "p99 us")) {
     let (p50, p99) = oursTimers()
