@@ -15,6 +15,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-system", from: "1.4.0"),
         .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
     ],
     targets: [
         // liburing, found through pkg-config (Debian: liburing-dev).
@@ -41,8 +42,14 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
-        .executableTarget(name: "dcat", dependencies: ["DispatchIO"]),
-        .executableTarget(name: "dcopy", dependencies: ["DispatchIO"]),
+        .executableTarget(
+            name: "dcat",
+            dependencies: ["DispatchIO", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+        ),
+        .executableTarget(
+            name: "dcopy",
+            dependencies: ["DispatchIO", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+        ),
         .executableTarget(
             name: "uring-demo",
             dependencies: ["URing", .product(name: "SystemPackage", package: "swift-system")]

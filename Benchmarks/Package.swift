@@ -9,6 +9,7 @@ let package = Package(
     name: "Benchmarks",
     dependencies: [
         .package(name: "swift-dispatch-uring", path: ".."),
+        .package(url: "https://github.com/apple/swift-system", from: "1.4.0"),
     ],
     targets: [
         .executableTarget(
@@ -16,6 +17,15 @@ let package = Package(
             dependencies: [
                 .product(name: "DispatchData", package: "swift-dispatch-uring"),
                 .product(name: "DispatchDataBridge", package: "swift-dispatch-uring"),
+            ]
+        ),
+        .executableTarget(
+            name: "IOBenchmark",
+            dependencies: [
+                .product(name: "DispatchIO", package: "swift-dispatch-uring"),
+                .product(name: "DispatchQueues", package: "swift-dispatch-uring"),
+                .product(name: "DispatchData", package: "swift-dispatch-uring"),
+                .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
         .executableTarget(

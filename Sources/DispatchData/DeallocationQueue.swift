@@ -1,8 +1,10 @@
 /// Something that can run a closure later, used to run a buffer's custom deallocator.
 ///
 /// `DispatchData` depends on no other module, so it cannot name the package's `WorkQueue`; it accepts any type
-/// that can schedule work instead. `WorkQueue` conforms, and `DispatchDataBridge` makes the toolchain's
-/// `DispatchQueue` conform, so `.custom(queue) { ... }` reads the same as with libdispatch.
+/// that can schedule work instead. `WorkQueue` (module `DispatchQueues`) is meant to conform, and
+/// `DispatchDataBridge` makes the toolchain's `DispatchQueue` conform, so `.custom(queue) { ... }` reads the same as
+/// with libdispatch. The requirement has the name and label of `DispatchQueue.async(execute:)`, so a queue type that
+/// mirrors the toolchain's API conforms with a one-line forwarding method.
 ///
 /// Conforming types must run every closure they are given exactly once, at some later time, on whatever thread
 /// or queue they stand for. They must not run it synchronously inside ``async(execute:)`` when that could

@@ -142,7 +142,7 @@ extension DispatchDataBuffer: Equatable {
 extension DispatchDataBuffer: Hashable {
     /// Feeds the count and every byte to `hasher`, so that equal buffers hash alike whatever their regions.
     ///
-    /// All bytes are hashed (Foundation's `Data` hashes a prefix only): hashing is linear in ``count``.
+    /// Every byte is hashed, so hashing is linear in ``count``: fine for keys, costly for large buffers.
     ///
     /// - Parameter hasher: The hasher to feed.
     public func hash(into hasher: inout Hasher) {

@@ -18,7 +18,7 @@ import Musl
 /// buffer can share them freely across threads.
 ///
 /// ### Creating buffers
-/// - By copying: ``init(bytes:)``, ``init(_:)-(Sequence<UInt8>)``, ``init(_:)-(StringProtocol)`` and array
+/// - By copying: ``init(bytes:)``, `init(_:)` from any sequence of bytes or any string (its UTF-8), and array
 ///   literals.
 /// - Without copying: ``init(bytesNoCopy:deallocator:)``, which takes over memory together with a
 ///   ``Deallocator`` that runs exactly once, after the last reference to the memory is gone.

@@ -33,6 +33,7 @@ public final class IOChannel: Sendable {
 
     /// Flags for ``close(flags:)``.
     public struct CloseFlags: OptionSet, Sendable {
+        /// The flags' bits.
         public let rawValue: UInt
         /// Creates flags from their raw value.
         public init(rawValue: UInt) { self.rawValue = rawValue }
@@ -42,6 +43,7 @@ public final class IOChannel: Sendable {
 
     /// Flags for ``setInterval(interval:flags:)``.
     public struct IntervalFlags: OptionSet, Sendable {
+        /// The flags' bits.
         public let rawValue: UInt
         /// Creates flags from their raw value.
         public init(rawValue: UInt) { self.rawValue = rawValue }
@@ -72,7 +74,13 @@ public final class IOChannel: Sendable {
         queue: WorkQueue,
         cleanupHandler: @escaping @Sendable (_ error: Errno?) -> Void
     ) {
-        self.init(type: type, fileDescriptor: fileDescriptor, queue: queue, engine: .shared, cleanupHandler: cleanupHandler)
+        self.init(
+            type: type,
+            fileDescriptor: fileDescriptor,
+            queue: queue,
+            engine: .shared,
+            cleanupHandler: cleanupHandler
+        )
     }
 
     package init(
@@ -219,13 +227,7 @@ public final class IOChannel: Sendable {
             queue: queue,
             handler: handler
         )
-        if length < 0 || (type == .random && offset < 0) {
-            operation.fail(.invalidArgument)
-        } else if let refusal = core.refusal {
-            operation.fail(refusal)
-        } else {
-            core.entry.enqueue(.operation(operation))
-        }
+        submit(operation, invalid: length < 0 || (type == .random && offset < 0))
     }
 
     /// Writes `data`.
@@ -263,7 +265,12 @@ public final class IOChannel: Sendable {
             queue: queue,
             handler: handler
         )
-        if type == .random && offset < 0 {
+        submit(operation, invalid: type == .random && offset < 0)
+    }
+
+    /// Queues an operation, or fails it at once: EINVAL for bad arguments, ECANCELED on a closed channel.
+    private func submit(_ operation: IOOperation, invalid: Bool) {
+        if invalid {
             operation.fail(.invalidArgument)
         } else if let refusal = core.refusal {
             operation.fail(refusal)
@@ -282,11 +289,18 @@ public final class IOChannel: Sendable {
         core.close(stop: flags.contains(.stop))
     }
 
-    /// Runs `barrier` once, on a global queue, after every operation submitted earlier on this channel and
+    /// Runs `barrier` once, on the channel's target queue (the default global queue unless
+    /// ``setTarget(queue:)`` chose another), after every operation submitted earlier on this channel and
     /// on every channel sharing its descriptor has completed; operations submitted later wait until it
-    /// returns (B48, B49). It may use ``fileDescriptor`` (`fsync`, `lseek`), but must not close it.
+    /// returns (B48, B49). It may use ``fileDescriptor`` (`fsync`, `lseek`), but must not close it. On a
+    /// path channel the file is opened before the barrier runs, so ``fileDescriptor`` is there (B41).
     public func barrier(execute barrier: @escaping @Sendable () -> Void) {
-        core.entry.enqueue(.barrier(barrier))
+        core.entry.enqueue(.barrier(core.targetQueue, barrier))
+    }
+
+    /// Sets the queue that barriers submitted afterwards run on (B59).
+    public func setTarget(queue: WorkQueue) {
+        core.targetQueue = queue
     }
 
     /// The descriptor, or `nil` once the channel is closed or stopped, if it failed, or, for a path

@@ -100,6 +100,23 @@ private func mallocCopy(_ bytes: [UInt8]) -> UnsafeRawBufferPointer {
         #expect(bytes == [1, 2, 3])
     }
 
+    @Test func memoryReachableFromElsewhereIsCopiedIntoData() {
+        // The buffer's list is unique, but another buffer shares the storage: copy, and the other stays intact.
+        let first = DispatchDataBuffer(Array(repeating: 5, count: 256))
+        let other = first + DispatchDataBuffer("x")
+        var data = Data(consume first)
+        data[0] = 6
+        #expect(other[0] == 5)
+        // Only a `Region.owner` keeps the storage: copy too, and the memory stays valid for that holder.
+        let second = DispatchDataBuffer(Array(repeating: 7, count: 256))
+        let owner = second.regions[0].owner
+        let address = second.regions[0].bytes.baseAddress!
+        var copied = Data(consume second)
+        copied[0] = 8
+        #expect(address.load(as: UInt8.self) == 7)
+        withExtendedLifetime(owner) {}
+    }
+
     @Test func dispatchDataBecomesABufferWithoutCopyingAndKeepsItsRegions() {
         var dispatchData = DispatchData.empty
         Array("hello ".utf8).withUnsafeBytes { dispatchData.append($0) }

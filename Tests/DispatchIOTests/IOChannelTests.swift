@@ -23,7 +23,13 @@ struct IOChannelTests {
         let fd = openRead(path)
         defer { try? fd.close() }
         let cleaned = Promise<Errno?>()
-        let channel = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned))
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind),
+            cleanupHandler: cleanup(cleaned)
+        )
         let recorder = Recorder()
         channel.read(offset: 0, length: 100_000, queue: recorder.queue, handler: recorder.handler)
         // B16: exactly one call, carrying every byte.
@@ -42,12 +48,19 @@ struct IOChannelTests {
         defer { dir.cleanup() }
         let fd = openRead(path)
         defer { try? fd.close() }
-        let channel = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
         let recorder = Recorder()
         channel.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
         // B17: what was pending, then (true, empty, nil).
         let recorderCalls = await recorder.wait()
-        #expect(recorderCalls == [Call(done: false, count: 100_000, error: nil), Call(done: true, count: 0, error: nil)])
+        #expect(
+            recorderCalls == [Call(done: false, count: 100_000, error: nil), Call(done: true, count: 0, error: nil)]
+        )
         #expect(recorder.bytes == bytes)
         #expect(lseek(fd.rawValue, 0, SEEK_CUR) == 100_000)  // B8: the position advanced
         channel.close()
@@ -60,7 +73,12 @@ struct IOChannelTests {
         defer { dir.cleanup() }
         let fd = openRead(path)
         defer { try? fd.close() }
-        let channel = IOChannel(type: .random, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let channel = IOChannel(
+            type: .random,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
         channel.setLimit(lowWater: 0)
         channel.setLimit(highWater: 40_000)
         let recorder = Recorder()
@@ -70,7 +88,8 @@ struct IOChannelTests {
             await recorder.wait() == [
                 Call(done: false, count: 40_000, error: nil), Call(done: false, count: 40_000, error: nil),
                 Call(done: true, count: 20_000, error: nil),
-            ])
+            ]
+        )
         #expect(recorder.bytes == bytes)
         // B22: high water alone lowers the default low water mark too.
         channel.setLimit(highWater: 16384)
@@ -88,7 +107,12 @@ struct IOChannelTests {
         defer { dir.cleanup() }
         let fd = openRead(path)
         defer { try? fd.close() }
-        let channel = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
         let read = Recorder()
         channel.read(offset: 0, length: 0, queue: read.queue, handler: read.handler)
         let readCalls = await read.wait()
@@ -111,7 +135,13 @@ struct IOChannelTests {
         defer { try? fd.close() }
         lseek(fd.rawValue, 100, SEEK_SET)
         let cleaned = Promise<Errno?>()
-        let channel = IOChannel(type: .random, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned))
+        let channel = IOChannel(
+            type: .random,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind),
+            cleanupHandler: cleanup(cleaned)
+        )
         let first = Recorder()
         channel.read(offset: 0, length: 1, queue: first.queue, handler: first.handler)
         _ = await first.wait()
@@ -140,7 +170,12 @@ struct IOChannelTests {
         defer { dir.cleanup() }
         let fd = openRead(path)
         defer { try? fd.close() }
-        let channel = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
         let a = Recorder()
         let b = Recorder()
         channel.read(offset: 50, length: 10, queue: a.queue, handler: a.handler)
@@ -160,7 +195,12 @@ struct IOChannelTests {
         defer { dir.cleanup() }
         let fd = openRead(path)
         defer { try? fd.close() }
-        let channel = IOChannel(type: .random, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let channel = IOChannel(
+            type: .random,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
         let read = Recorder()
         channel.read(offset: -1, length: 5, queue: read.queue, handler: read.handler)
         let readCalls = await read.wait()
@@ -184,11 +224,18 @@ struct IOChannelTests {
         let path = dir.file("out")
         let fd = FileDescriptor(rawValue: open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644))
         defer { try? fd.close() }
-        let channel = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
         channel.setLimit(highWater: 4096)
         // Data in three regions, to go out as an iovec.
         let bytes = pattern(10_000)
-        let data = DispatchDataBuffer(bytes[0..<3000]) + DispatchDataBuffer(bytes[3000..<7000]) + DispatchDataBuffer(bytes[7000...])
+        let data =
+            DispatchDataBuffer(bytes[0..<3000]) + DispatchDataBuffer(bytes[3000..<7000])
+            + DispatchDataBuffer(bytes[7000...])
         let recorder = Recorder()
         channel.write(offset: 0, data: data, queue: recorder.queue, handler: recorder.handler)
         // B19: 10 000 bytes with high=4096 → 5904 remaining, then 1808, then (true, nil, nil).
@@ -196,7 +243,8 @@ struct IOChannelTests {
             await recorder.wait() == [
                 Call(done: false, count: 5904, error: nil), Call(done: false, count: 1808, error: nil),
                 Call(done: true, count: nil, error: nil),
-            ])
+            ]
+        )
         let readBack = Recorder()
         lseek(fd.rawValue, 0, SEEK_SET)
         channel.read(offset: 0, length: .max, queue: readBack.queue, handler: readBack.handler)
@@ -210,9 +258,19 @@ struct IOChannelTests {
         // ENOSPC from /dev/full: nothing written, all of it reported back (B19).
         let full = FileDescriptor(rawValue: open("/dev/full", O_WRONLY | O_CLOEXEC))
         defer { try? full.close() }
-        let channel = IOChannel(type: .stream, fileDescriptor: full, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: full,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
         let recorder = Recorder()
-        channel.write(offset: 0, data: DispatchDataBuffer(pattern(5000)), queue: recorder.queue, handler: recorder.handler)
+        channel.write(
+            offset: 0,
+            data: DispatchDataBuffer(pattern(5000)),
+            queue: recorder.queue,
+            handler: recorder.handler
+        )
         let recorderCalls = await recorder.wait()
         #expect(recorderCalls == [Call(done: true, count: 5000, error: .noSpace)])
         channel.close()
@@ -221,7 +279,12 @@ struct IOChannelTests {
         let pipe = makePipe()
         try pipe.read.close()
         defer { try? pipe.write.close() }
-        let piped = IOChannel(type: .stream, fileDescriptor: pipe.write, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let piped = IOChannel(
+            type: .stream,
+            fileDescriptor: pipe.write,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
         let broken = Recorder()
         piped.write(offset: 0, data: DispatchDataBuffer(pattern(6)), queue: broken.queue, handler: broken.handler)
         let brokenCalls = await broken.wait()
@@ -238,7 +301,13 @@ struct IOChannelTests {
         try pipe.read.close()
         try pipe.write.close()
         let badCleanup = Promise<Errno?>()
-        let bad = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: engine, cleanupHandler: cleanup(badCleanup))
+        let bad = IOChannel(
+            type: .stream,
+            fileDescriptor: pipe.read,
+            queue: WorkQueue(label: "c"),
+            engine: engine,
+            cleanupHandler: cleanup(badCleanup)
+        )
         let read = Recorder()
         bad.read(offset: 0, length: 10, queue: read.queue, handler: read.handler)
         let readCalls = await read.wait()
@@ -250,7 +319,13 @@ struct IOChannelTests {
         let directory = FileDescriptor(rawValue: open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC))
         defer { try? directory.close() }
         let dirCleanup = Promise<Errno?>()
-        let dirChannel = IOChannel(type: .random, fileDescriptor: directory, queue: WorkQueue(label: "c"), engine: engine, cleanupHandler: cleanup(dirCleanup))
+        let dirChannel = IOChannel(
+            type: .random,
+            fileDescriptor: directory,
+            queue: WorkQueue(label: "c"),
+            engine: engine,
+            cleanupHandler: cleanup(dirCleanup)
+        )
         let dirCleanupValue = await dirCleanup.get()
         #expect(dirCleanupValue == .isDirectory)
         dirChannel.close()
@@ -261,7 +336,13 @@ struct IOChannelTests {
             try? live.write.close()
         }
         let seekCleanup = Promise<Errno?>()
-        let randomPipe = IOChannel(type: .random, fileDescriptor: live.read, queue: WorkQueue(label: "c"), engine: engine, cleanupHandler: cleanup(seekCleanup))
+        let randomPipe = IOChannel(
+            type: .random,
+            fileDescriptor: live.read,
+            queue: WorkQueue(label: "c"),
+            engine: engine,
+            cleanupHandler: cleanup(seekCleanup)
+        )
         let seekRead = Recorder()
         randomPipe.read(offset: 0, length: 1, queue: seekRead.queue, handler: seekRead.handler)
         let seekReadCalls = await seekRead.wait()
@@ -278,10 +359,27 @@ struct IOChannelTests {
         let path = dir.make("f", bytes)
         defer { dir.cleanup() }
         // B39: relative paths are refused.
-        #expect(IOChannel(type: .stream, path: "relative/file", mode: .readOnly, queue: WorkQueue(label: "c"), engine: engine) { _ in } == nil)
+        #expect(
+            IOChannel(
+                type: .stream,
+                path: "relative/file",
+                mode: .readOnly,
+                queue: WorkQueue(label: "c"),
+                engine: engine
+            ) { _ in } == nil
+        )
         // A readable file, opened lazily (B41), closed before cleanup (B43).
         let cleaned = Promise<Errno?>()
-        let channel = try #require(IOChannel(type: .random, path: FilePath(path), mode: .readOnly, queue: WorkQueue(label: "c"), engine: engine, cleanupHandler: cleanup(cleaned)))
+        let channel = try #require(
+            IOChannel(
+                type: .random,
+                path: FilePath(path),
+                mode: .readOnly,
+                queue: WorkQueue(label: "c"),
+                engine: engine,
+                cleanupHandler: cleanup(cleaned)
+            )
+        )
         #expect(channel.fileDescriptor == nil)
         let read = Recorder()
         channel.read(offset: 1000, length: .max, queue: read.queue, handler: read.handler)
@@ -295,7 +393,16 @@ struct IOChannelTests {
 
         // B40: a missing file: cleanup(ENOENT) promptly and every operation fails with it.
         let missingCleanup = Promise<Errno?>()
-        let missing = try #require(IOChannel(type: .stream, path: FilePath(dir.file("nope")), mode: .readOnly, queue: WorkQueue(label: "c"), engine: engine, cleanupHandler: cleanup(missingCleanup)))
+        let missing = try #require(
+            IOChannel(
+                type: .stream,
+                path: FilePath(dir.file("nope")),
+                mode: .readOnly,
+                queue: WorkQueue(label: "c"),
+                engine: engine,
+                cleanupHandler: cleanup(missingCleanup)
+            )
+        )
         let missingCleanupValue = await missingCleanup.get()
         #expect(missingCleanupValue == .noSuchFileOrDirectory)
         let missingRead = Recorder()
@@ -305,10 +412,24 @@ struct IOChannelTests {
         missing.close()
 
         // B40: O_CREAT with an existing parent is fine; the file appears at the first operation.
-        let created = try #require(IOChannel(type: .stream, path: FilePath(dir.file("new")), mode: .writeOnly, options: [.create, .truncate], queue: WorkQueue(label: "c"), engine: engine) { _ in })
+        let created = try #require(
+            IOChannel(
+                type: .stream,
+                path: FilePath(dir.file("new")),
+                mode: .writeOnly,
+                options: [.create, .truncate],
+                queue: WorkQueue(label: "c"),
+                engine: engine
+            ) { _ in }
+        )
         #expect(access(dir.file("new"), F_OK) != 0)
         let write = Recorder()
-        created.write(offset: 0, data: DispatchDataBuffer(Array("made".utf8)), queue: write.queue, handler: write.handler)
+        created.write(
+            offset: 0,
+            data: DispatchDataBuffer(Array("made".utf8)),
+            queue: write.queue,
+            handler: write.handler
+        )
         let writeCalls = await write.wait()
         #expect(writeCalls == [Call(done: true, count: nil, error: nil)])
         created.close()
@@ -322,10 +443,22 @@ struct IOChannelTests {
         let deniedCleanup = Promise<Errno?>()
         let denied = try #require(
             IOChannel(
-                type: .stream, path: FilePath(lockedPath), mode: .writeOnly, options: isRoot ? [.create, .exclusiveCreate] : [],
-                queue: WorkQueue(label: "c"), engine: engine, cleanupHandler: cleanup(deniedCleanup)))
+                type: .stream,
+                path: FilePath(lockedPath),
+                mode: .writeOnly,
+                options: isRoot ? [.create, .exclusiveCreate] : [],
+                queue: WorkQueue(label: "c"),
+                engine: engine,
+                cleanupHandler: cleanup(deniedCleanup)
+            )
+        )
         let deniedWrite = Recorder()
-        denied.write(offset: 0, data: DispatchDataBuffer([1, 2, 3, 4, 5]), queue: deniedWrite.queue, handler: deniedWrite.handler)
+        denied.write(
+            offset: 0,
+            data: DispatchDataBuffer([1, 2, 3, 4, 5]),
+            queue: deniedWrite.queue,
+            handler: deniedWrite.handler
+        )
         let deniedWriteCalls = await deniedWrite.wait()
         #expect(deniedWriteCalls == [Call(done: true, count: 5, error: expected)])
         let deniedRead = Recorder()
@@ -339,7 +472,16 @@ struct IOChannelTests {
 
         // A directory path: EISDIR.
         let dirCleanup = Promise<Errno?>()
-        let directory = try #require(IOChannel(type: .stream, path: FilePath(dir.path), mode: .readOnly, queue: WorkQueue(label: "c"), engine: engine, cleanupHandler: cleanup(dirCleanup)))
+        let directory = try #require(
+            IOChannel(
+                type: .stream,
+                path: FilePath(dir.path),
+                mode: .readOnly,
+                queue: WorkQueue(label: "c"),
+                engine: engine,
+                cleanupHandler: cleanup(dirCleanup)
+            )
+        )
         let dirCleanupValue = await dirCleanup.get()
         #expect(dirCleanupValue == .isDirectory)
         directory.close()
@@ -352,7 +494,13 @@ struct IOChannelTests {
         let pipe = makePipe()
         defer { try? pipe.read.close() }
         let cleaned = Promise<Errno?>()
-        let channel = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned))
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: pipe.read,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind),
+            cleanupHandler: cleanup(cleaned)
+        )
         channel.setLimit(lowWater: 1)
         let recorder = Recorder()
         channel.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
@@ -363,11 +511,37 @@ struct IOChannelTests {
         _ = try pipe.write.writeAll(Array("world".utf8))
         try pipe.write.close()
         let calls = await recorder.wait()
-        #expect(calls == [Call(done: false, count: 5, error: nil), Call(done: false, count: 5, error: nil), Call(done: true, count: 0, error: nil)])
+        #expect(
+            calls == [
+                Call(done: false, count: 5, error: nil), Call(done: false, count: 5, error: nil),
+                Call(done: true, count: 0, error: nil),
+            ]
+        )
         #expect(recorder.bytes == Array("helloworld".utf8))
         channel.close()
         let cleanedValue = await cleaned.get()
         #expect(cleanedValue == nil)
+    }
+
+    /// B51: on a pipe a short read is not the end; a read of a finite length goes on until it has all.
+    @Test(arguments: EngineKind.allCases)
+    func finitePipeReadCollectsShortReads(kind: EngineKind) async throws {
+        let pipe = makePipe()
+        defer {
+            try? pipe.read.close()
+            try? pipe.write.close()
+        }
+        let channel = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let recorder = Recorder()
+        channel.read(offset: 0, length: 6, queue: recorder.queue, handler: recorder.handler)
+        _ = try pipe.write.writeAll(Array("abc".utf8))
+        await settle(Engines.get(kind))
+        await settle(Engines.get(kind))
+        _ = try pipe.write.writeAll(Array("def".utf8))
+        let calls = await recorder.wait()
+        #expect(calls == [Call(done: true, count: 6, error: nil)])  // B16
+        #expect(recorder.bytes == Array("abcdef".utf8))
+        channel.close()
     }
 
     @Test(arguments: EngineKind.allCases)
@@ -377,7 +551,12 @@ struct IOChannelTests {
             try? pipe.read.close()
             try? pipe.write.close()
         }
-        let channel = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: pipe.read,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
         channel.setInterval(interval: .milliseconds(20), flags: .strictInterval)
         let recorder = Recorder()
         channel.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
@@ -397,10 +576,16 @@ struct IOChannelTests {
         defer {
             for fd in [ab.read, ab.write, ba.read, ba.write] { try? fd.close() }
         }
-        let aOut = IOChannel(type: .stream, fileDescriptor: ab.write, queue: WorkQueue(label: "c"), engine: engine) { _ in }
-        let bIn = IOChannel(type: .stream, fileDescriptor: ab.read, queue: WorkQueue(label: "c"), engine: engine) { _ in }
-        let bOut = IOChannel(type: .stream, fileDescriptor: ba.write, queue: WorkQueue(label: "c"), engine: engine) { _ in }
-        let aIn = IOChannel(type: .stream, fileDescriptor: ba.read, queue: WorkQueue(label: "c"), engine: engine) { _ in }
+        let aOut = IOChannel(type: .stream, fileDescriptor: ab.write, queue: WorkQueue(label: "c"), engine: engine) {
+            _ in
+        }
+        let bIn = IOChannel(type: .stream, fileDescriptor: ab.read, queue: WorkQueue(label: "c"), engine: engine) { _ in
+        }
+        let bOut = IOChannel(type: .stream, fileDescriptor: ba.write, queue: WorkQueue(label: "c"), engine: engine) {
+            _ in
+        }
+        let aIn = IOChannel(type: .stream, fileDescriptor: ba.read, queue: WorkQueue(label: "c"), engine: engine) { _ in
+        }
         for channel in [bIn, aIn] { channel.setLimit(lowWater: 1) }
         for round in 0..<50 {
             let ping = DispatchDataBuffer([UInt8(round), 0xA])
@@ -411,7 +596,12 @@ struct IOChannelTests {
             _ = await got.wait()
             #expect(got.bytes == [UInt8(round), 0xA])
             let back = Recorder()
-            bOut.write(offset: 0, data: DispatchDataBuffer([UInt8(round), 0xB]), queue: back.queue, handler: back.handler)
+            bOut.write(
+                offset: 0,
+                data: DispatchDataBuffer([UInt8(round), 0xB]),
+                queue: back.queue,
+                handler: back.handler
+            )
             let pong = Recorder()
             aIn.read(offset: 0, length: 2, queue: pong.queue, handler: pong.handler)
             _ = await pong.wait()
@@ -429,7 +619,13 @@ struct IOChannelTests {
         let pipe = makePipe()
         defer { try? pipe.read.close() }
         let cleaned = Promise<Errno?>()
-        let channel = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned))
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: pipe.read,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind),
+            cleanupHandler: cleanup(cleaned)
+        )
         let pending = Recorder()
         channel.read(offset: 0, length: 6, queue: pending.queue, handler: pending.handler)
         channel.close()
@@ -456,7 +652,13 @@ struct IOChannelTests {
             try? pipe.write.close()
         }
         let cleaned = Promise<Errno?>()
-        let channel = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned))
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: pipe.read,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind),
+            cleanupHandler: cleanup(cleaned)
+        )
         let running = Recorder()
         let queued = Recorder()
         channel.read(offset: 0, length: 100, queue: running.queue, handler: running.handler)
@@ -489,7 +691,13 @@ struct IOChannelTests {
         defer { try? fd.close() }
         let aCleaned = Promise<Errno?>()
         let cCleaned = Promise<Errno?>()
-        let a = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "a"), engine: Engines.get(kind), cleanupHandler: cleanup(aCleaned))
+        let a = IOChannel(
+            type: .stream,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "a"),
+            engine: Engines.get(kind),
+            cleanupHandler: cleanup(aCleaned)
+        )
         let c = IOChannel(type: .random, io: a, queue: WorkQueue(label: "c"), cleanupHandler: cleanup(cCleaned))
         a.close()
         let read = Recorder()
@@ -513,7 +721,13 @@ struct IOChannelTests {
         let cleaned = Promise<Errno?>()
         let read = Recorder()
         do {
-            let channel = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind), cleanupHandler: cleanup(cleaned))
+            let channel = IOChannel(
+                type: .stream,
+                fileDescriptor: fd,
+                queue: WorkQueue(label: "c"),
+                engine: Engines.get(kind),
+                cleanupHandler: cleanup(cleaned)
+            )
             channel.read(offset: 0, length: 100, queue: read.queue, handler: read.handler)
         }
         // B6: the pending read completes normally, then cleanup runs.
@@ -527,7 +741,12 @@ struct IOChannelTests {
     func barrierWaitsForEarlierOperationsAndHoldsLaterOnes(kind: EngineKind) async throws {
         let pipe = makePipe()
         defer { try? pipe.read.close() }
-        let channel = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: pipe.read,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
         let first = Recorder()
         channel.read(offset: 0, length: 3, queue: first.queue, handler: first.handler)
         let barrierRan = Promise<Bool>()
@@ -550,6 +769,35 @@ struct IOChannelTests {
         channel.close()
     }
 
+    /// B49, B59: barriers run on the channel's target queue; B41/B44: on a path channel the file is open
+    /// inside the barrier.
+    @Test(arguments: EngineKind.allCases)
+    func barriersRunOnTheTargetQueueWithTheFileOpen(kind: EngineKind) async throws {
+        let path = dir.make("f", pattern(10))
+        defer { dir.cleanup() }
+        let channel = try #require(
+            IOChannel(
+                type: .random,
+                path: FilePath(path),
+                mode: .readOnly,
+                queue: WorkQueue(label: "c"),
+                engine: Engines.get(kind)
+            ) { _ in }
+        )
+        let target = WorkQueue(label: "barrier-target")
+        let key = WorkQueue.SpecificKey<String>()
+        target.setSpecific(key: key, value: "target")
+        channel.setTarget(queue: target)
+        let seen = Promise<(String?, Bool)>()
+        channel.barrier {
+            seen.fulfil((WorkQueue.getSpecific(key: key), channel.fileDescriptor != nil))
+        }
+        let (label, open) = await seen.get()
+        #expect(label == "target")
+        #expect(open)
+        channel.close()
+    }
+
     @Test(arguments: EngineKind.allCases)
     func handlerCallsOfOneOperationNeverOverlap(kind: EngineKind) async throws {
         let bytes = pattern(600_000)
@@ -557,7 +805,12 @@ struct IOChannelTests {
         defer { dir.cleanup() }
         let fd = openRead(path)
         defer { try? fd.close() }
-        let channel = IOChannel(type: .random, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let channel = IOChannel(
+            type: .random,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
         channel.setLimit(highWater: 10_000)
         let concurrent = WorkQueue(label: "concurrent", attributes: .concurrent)
         let recorder = Recorder(queue: concurrent)
@@ -589,7 +842,9 @@ struct IOChannelTests {
         let fd = openRead(path)
         defer { try? fd.close() }
         let whole = Promise<(DispatchDataBuffer, Errno?)>()
-        IOChannel.read(from: fd, maxLength: .max, queue: WorkQueue(label: "c"), engine: engine) { whole.fulfil(($0, $1)) }
+        IOChannel.read(from: fd, maxLength: .max, queue: WorkQueue(label: "c"), engine: engine) {
+            whole.fulfil(($0, $1))
+        }
         let (data, error) = await whole.get()
         #expect(error == nil)
         #expect(Array(data) == bytes)
@@ -603,18 +858,24 @@ struct IOChannelTests {
         try pipe.read.close()
         try pipe.write.close()
         let bad = Promise<(DispatchDataBuffer, Errno?)>()
-        IOChannel.read(from: pipe.read, maxLength: 10, queue: WorkQueue(label: "c"), engine: engine) { bad.fulfil(($0, $1)) }
+        IOChannel.read(from: pipe.read, maxLength: 10, queue: WorkQueue(label: "c"), engine: engine) {
+            bad.fulfil(($0, $1))
+        }
         let (badData, badError) = await bad.get()
         #expect(badData.isEmpty && badError == .badFileDescriptor)  // B54
 
         let out = FileDescriptor(rawValue: open(dir.file("out"), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644))
         defer { try? out.close() }
         let written = Promise<(DispatchDataBuffer?, Errno?)>()
-        IOChannel.write(to: out, data: DispatchDataBuffer(bytes), queue: WorkQueue(label: "c"), engine: engine) { written.fulfil(($0, $1)) }
+        IOChannel.write(to: out, data: DispatchDataBuffer(bytes), queue: WorkQueue(label: "c"), engine: engine) {
+            written.fulfil(($0, $1))
+        }
         let (rest, writeError) = await written.get()
         #expect(rest == nil && writeError == nil)
         let badWrite = Promise<(DispatchDataBuffer?, Errno?)>()
-        IOChannel.write(to: pipe.write, data: DispatchDataBuffer(bytes), queue: WorkQueue(label: "c"), engine: engine) { badWrite.fulfil(($0, $1)) }
+        IOChannel.write(to: pipe.write, data: DispatchDataBuffer(bytes), queue: WorkQueue(label: "c"), engine: engine) {
+            badWrite.fulfil(($0, $1))
+        }
         let (badRest, badWriteError) = await badWrite.get()
         #expect(badRest == nil && badWriteError == .badFileDescriptor)  // B54: nil, not the data
     }
@@ -628,7 +889,9 @@ struct IOChannelTests {
         }
         _ = try pipe.write.writeAll([1, 2, 3])
         let got = Promise<(DispatchDataBuffer, Errno?)>()
-        IOChannel.read(from: pipe.read, maxLength: 100, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { got.fulfil(($0, $1)) }
+        IOChannel.read(from: pipe.read, maxLength: 100, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) {
+            got.fulfil(($0, $1))
+        }
         let (data, error) = await got.get()
         #expect(Array(data) == [1, 2, 3] && error == nil)  // B55: 3 of 100 bytes
     }
@@ -639,14 +902,53 @@ struct IOChannelTests {
         defer { dir.cleanup() }
         let fd = openRead(path)
         defer { try? fd.close() }
-        let channel = IOChannel(type: .random, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let channel = IOChannel(
+            type: .random,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
         let got = Promise<(DispatchDataBuffer, Errno?)>()
-        IOChannel.read(from: fd, maxLength: 10, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { got.fulfil(($0, $1)) }
+        IOChannel.read(from: fd, maxLength: 10, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) {
+            got.fulfil(($0, $1))
+        }
         for _ in 0..<5 { await settle(Engines.get(kind)) }
         #expect(!got.isFulfilled)  // B57: the channel on the same descriptor is still open
         channel.close()
         let (data, _) = await got.get()
         #expect(data.count == 10)
+    }
+
+    /// B34–B36 → ours: the engine never blocks a thread on a descriptor, so a channel leaves the
+    /// descriptor's flags exactly as it found them, during I/O and after cleanup.
+    @Test(arguments: EngineKind.allCases)
+    func descriptorFlagsAreLeftAlone(kind: EngineKind) async throws {
+        let pipe = makePipe()
+        defer {
+            try? pipe.read.close()
+            try? pipe.write.close()
+        }
+        _ = fcntl(pipe.read.rawValue, F_SETFL, O_NONBLOCK)
+        let before = fcntl(pipe.read.rawValue, F_GETFL)
+        let cleaned = Promise<Errno?>()
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: pipe.read,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind),
+            cleanupHandler: cleanup(cleaned)
+        )
+        channel.setLimit(lowWater: 1)
+        let recorder = Recorder()
+        channel.read(offset: 0, length: 4, queue: recorder.queue, handler: recorder.handler)
+        await settle(Engines.get(kind))
+        #expect(fcntl(pipe.read.rawValue, F_GETFL) == before)
+        _ = try pipe.write.writeAll(Array("data".utf8))
+        _ = await recorder.wait()
+        #expect(recorder.bytes == Array("data".utf8))
+        channel.close()
+        _ = await cleaned.get()
+        #expect(fcntl(pipe.read.rawValue, F_GETFL) == before)
     }
 
     // MARK: Bad inputs
@@ -655,7 +957,12 @@ struct IOChannelTests {
     func devNullReadsAsEmpty(kind: EngineKind) async throws {
         let null = FileDescriptor(rawValue: open("/dev/null", O_RDONLY | O_CLOEXEC))
         defer { try? null.close() }
-        let channel = IOChannel(type: .stream, fileDescriptor: null, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: null,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
         let recorder = Recorder()
         channel.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
         let recorderCalls = await recorder.wait()
@@ -669,7 +976,12 @@ struct IOChannelTests {
         defer { dir.cleanup() }
         let fd = openRead(path)
         defer { try? fd.close() }
-        let channel = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
         channel.setLimit(lowWater: 1)
         let recorder = Recorder()
         let truncated = Locked(false)

@@ -154,7 +154,10 @@ struct TemporaryDirectory {
 
 /// Deterministic bytes: every value, no runs.
 func pattern(_ count: Int, seed: Int = 0) -> [UInt8] {
-    (0..<count).map { UInt8(truncatingIfNeeded: ($0 &* 131) &+ ($0 >> 8) &+ seed) }
+    [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+        for index in 0..<count { buffer[index] = UInt8(truncatingIfNeeded: (index &* 131) &+ (index >> 8) &+ seed) }
+        initialized = count
+    }
 }
 
 func openRead(_ path: String) -> FileDescriptor {

@@ -208,6 +208,8 @@ func runBenchmark() {
     print("  ours regions view:   \(shown(ourRegions))")
     print("  libdispatch enumerateBytes through the toolchain overlay: \(shown(theirEnumerate))")
     print("  control, one [Int](repeating:count:): \(shown(control))")
+    // The claim is checked, not just printed: the run fails if a walk of ours allocates.
+    precondition((ourEnumerate ?? 0) == 0 && (ourRegions ?? 0) == 0, "a region walk of DispatchDataBuffer allocated")
 }
 
 runBenchmark()

@@ -18,6 +18,7 @@ final class ChannelCore: @unchecked Sendable {
     // Guarded by `lock`.
     private let lock = Lock()
     private var settings = ChannelSettings()
+    private var target = WorkQueue.global()
     private var closed = false
     private var stopped = false
     private var cleanupSent = false
@@ -77,6 +78,12 @@ final class ChannelCore: @unchecked Sendable {
     var isClosed: Bool { lock.withLock { closed || stopped } }
 
     var currentSettings: ChannelSettings { lock.withLock { settings } }
+
+    /// Where barriers run (B49, B59).
+    var targetQueue: WorkQueue {
+        get { lock.withLock { target } }
+        set { lock.withLock { target = newValue } }
+    }
 
     func update(_ change: (inout ChannelSettings) -> Void) { lock.withLock { change(&settings) } }
 

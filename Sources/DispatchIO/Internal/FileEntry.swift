@@ -51,7 +51,7 @@ final class FileEntry: @unchecked Sendable {
 
     enum Item {
         case operation(IOOperation)
-        case barrier(@Sendable () -> Void)
+        case barrier(WorkQueue, @Sendable () -> Void)
     }
 
     let engine: IOEngine
@@ -173,6 +173,9 @@ final class FileEntry: @unchecked Sendable {
 
     var isValidated: Bool { validated }
 
+    /// Whether operations or barriers wait to start.
+    var hasQueuedItems: Bool { lock.withLock { !items.isEmpty } }
+
     /// A channel closed: tear down once nothing uses the entry.
     func channelClosed() {
         let actions = lock.withLock { pump() }
@@ -238,12 +241,12 @@ final class FileEntry: @unchecked Sendable {
         while index < items.count {
             if barrierRunning { break }
             switch items[index] {
-            case .barrier(let block):
+            case .barrier(let queue, let block):
                 guard running.isEmpty && index == 0 else { return actions + teardownIfIdle() }
                 items.remove(at: 0)
                 barrierRunning = true
                 actions.append { [self] in
-                    WorkQueue.global().async {
+                    queue.async {
                         block()
                         let next = self.lock.withLock { () -> [() -> Void] in
                             self.barrierRunning = false

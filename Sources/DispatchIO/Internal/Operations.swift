@@ -154,13 +154,21 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
     private var depth: Int { positioned ? IOTuning.readAheadDepth : 1 }
 
     /// Bytes the operation may hold at once: what is in flight, buffered, or in handlers not yet returned.
-    private var budget: Int { max(depth * pool.size, settings.lowWater == Int.max ? pool.size : settings.lowWater + pool.size) }
+    private var budget: Int {
+        max(depth * pool.size, settings.lowWater == Int.max ? pool.size : settings.lowWater + pool.size)
+    }
 
     override func progress() {
         var submissions: [(UnsafeMutableRawPointer, Int, Int64?, Int)] = []
         var finished = false
         lock.withLock {
-            if !ended { deliverArrived() }
+            if ended {
+                // Chunks that complete after the end are not delivered; their buffers go back.
+                for (_, chunk) in arrived { pool.give(chunk.0) }
+                arrived.removeAll()
+            } else {
+                deliverArrived()
+            }
             if !ended && stopped {
                 end(error: .canceled)
             }
@@ -168,8 +176,12 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                 pending.count + outstanding + inFlight.values.reduce(0, +) < budget
             {
                 if !positioned && !inFlight.isEmpty { break }
+                // Only a read whose own file has nothing queued behind it may wait for the backlog: a write
+                // queued on the same file's lane could otherwise wait for this read forever.
+                if positioned && !entry.hasQueuedItems && !WriteBacklog.shared.admit(self) { break }
                 // One system call asks for at most what fits under the high water mark (B24).
-                let room = settings.highWater == Int.max
+                let room =
+                    settings.highWater == Int.max
                     ? Int.max : settings.highWater - pending.count - inFlight.values.reduce(0, +)
                 if room <= 0 { break }
                 let size = min(pool.size, length - issued, room)
@@ -195,13 +207,20 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
             fd,
             into: UnsafeMutableRawBufferPointer(start: buffer, count: size),
             at: offset,
-            offload: positioned && IOTuning.readAheadDepth > 1,
+            offload: positioned && IOTuning.offload && IOTuning.readAheadDepth > 1,
             keepAlive: keep
         ) { [self, address = UInt(bitPattern: buffer)] completion in
             lock.withLock {
                 inFlight[sequence] = nil
                 kernelIDs[sequence] = nil
-                arrived[sequence] = (UnsafeMutableRawPointer(bitPattern: address)!, completion.result, completion.error, size)
+                // On a pipe, socket or terminal a short read is not the end: count only what came, or a
+                // read of a finite length would stop asking once the sizes asked add up to it.
+                if !positioned, completion.error == nil, completion.result > 0 {
+                    issued -= size - completion.result
+                }
+                arrived[sequence] = (
+                    UnsafeMutableRawPointer(bitPattern: address)!, completion.result, completion.error, size
+                )
             }
             progress()
         }
@@ -344,7 +363,12 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         self.requestedOffset = offset
         self.handler = handler
         super.init(channel: channel, settings: settings, queue: queue)
+        // Descriptor channels know their file at once; a path channel's writes are not counted.
+        countsInBacklog = entry.lock.withLock { entry.kind == .regular }
+        if countsInBacklog { WriteBacklog.shared.add(data.count) }
     }
+
+    private var countsInBacklog = false
 
     override var isWrite: Bool { true }
 
@@ -355,6 +379,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
             reportedFinished = true
             return remaining
         }
+        if countsInBacklog { WriteBacklog.shared.remove(data.count) }
         let handler = self.handler
         handlerQueue.async { handler(true, data, error) }
     }
@@ -412,7 +437,8 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
     private func submit(_ chunk: DispatchDataBuffer) {
         let buffers = chunk.regions.map(\.bytes)
         let position = lock.withLock { offset }
-        let id = entry.engine.writev(fd, from: buffers, at: position, keepAlive: KeepAlive(data: chunk)) { [self] completion in
+        let id = entry.engine.writev(fd, from: buffers, at: position, keepAlive: KeepAlive(data: chunk)) {
+            [self] completion in
             lock.withLock {
                 inFlight.removeAll()
                 kernelIDs.removeAll()
@@ -440,6 +466,11 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         ended = true
         if let position = streamPositionToRestore {
             lseek(fd, off_t(position) + written, SEEK_SET)
+        }
+        if countsInBacklog {
+            let count = remaining.count + written
+            // Woken reads take this operation's lock only after it is released.
+            handlerQueue.async { WriteBacklog.shared.remove(count) }
         }
         if let error {
             deliver(done: true, data: remaining, error: error)

@@ -1,0 +1,249 @@
+import DispatchData
+import DispatchIO
+import DispatchQueues
+import SystemPackage
+import Testing
+import URing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The shape of libdispatch's own I/O tests, on this API.
+@Suite(.serialized, .timeLimit(.minutes(1)))
+struct IOChannelScenarioTests {
+    /// Every regular file of `Fixtures/` read through its own path channel: each byte counted once, each
+    /// cleanup handler run once (`T:dispatch_io.c` reads a whole tree the same way).
+    @Test(arguments: EngineKind.allCases)
+    func readATreeThroughPathChannels(kind: EngineKind) async throws {
+        let root = URL.fixtures
+        let files = regularFiles(under: root)
+        try #require(files.count >= 8)
+        var expected = 0
+        var total = 0
+        for file in files {
+            var st = stat()
+            stat(file, &st)
+            expected += Int(st.st_size)
+            let cleaned = Promise<Errno?>()
+            let channel = try #require(
+                IOChannel(
+                    type: .stream,
+                    path: FilePath(file),
+                    mode: .readOnly,
+                    queue: WorkQueue(label: "tree"),
+                    engine: Engines.get(kind),
+                    cleanupHandler: cleanup(cleaned)
+                )
+            )
+            let recorder = Recorder()
+            channel.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
+            let calls = await recorder.wait()
+            #expect(calls.last == Call(done: true, count: 0, error: nil), "\(file)")
+            total += recorder.bytes.count
+            channel.close()
+            let cleanupError = await cleaned.get()
+            #expect(cleanupError == nil)
+        }
+        #expect(total == expected)
+    }
+
+    /// B30: a stop in the middle of a long read of a file: what was delivered is a prefix of the file,
+    /// and the read ends with ECANCELED.
+    @Test(arguments: EngineKind.allCases)
+    func stopInTheMiddleOfALongRead(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let bytes = pattern(4 << 20)
+        let path = dir.make("long", bytes)
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let cleaned = Promise<Errno?>()
+        let channel = IOChannel(
+            type: .random,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind),
+            cleanupHandler: cleanup(cleaned)
+        )
+        channel.setLimit(highWater: 16 << 10)
+        let recorder = Recorder()
+        let stopped = Locked(false)
+        channel.read(offset: 0, length: .max, queue: recorder.queue) { done, data, error in
+            recorder.record(done, data, error)
+            // B61: stopping from inside a handler is allowed.
+            if !done,
+                stopped.withLock({ value in
+                    defer { value = true }
+                    return !value
+                })
+            {
+                channel.close(flags: .stop)
+            }
+        }
+        let calls = await recorder.wait()
+        #expect(calls.last == Call(done: true, count: nil, error: .canceled))
+        #expect(recorder.bytes.count < bytes.count)
+        #expect(recorder.bytes == Array(bytes.prefix(recorder.bytes.count)))
+        let cleanupError = await cleaned.get()
+        #expect(cleanupError == nil)
+    }
+
+    /// The copy pattern (each chunk read is written to another channel) reads far faster than the page
+    /// cache takes writes; reads wait while more than 16 MiB of writes are pending, and wake up again.
+    @Test(arguments: EngineKind.allCases)
+    func copyThroughTwoChannelsIsComplete(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let bytes = pattern(24 << 20, seed: 3)
+        let source = openRead(dir.make("source", bytes))
+        defer { try? source.close() }
+        let target = FileDescriptor(rawValue: open(dir.file("target"), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644))
+        defer { try? target.close() }
+        let engine = Engines.get(kind)
+        let reader = IOChannel(type: .stream, fileDescriptor: source, queue: WorkQueue(label: "r"), engine: engine) {
+            _ in
+        }
+        let writer = IOChannel(type: .stream, fileDescriptor: target, queue: WorkQueue(label: "w"), engine: engine) {
+            _ in
+        }
+        let queue = WorkQueue(label: "copy")
+        let written = Locked(0)
+        let done = Promise<Void>()
+        reader.read(offset: 0, length: .max, queue: queue) { _, data, error in
+            #expect(error == nil)
+            guard let data, !data.isEmpty else { return }
+            writer.write(offset: 0, data: data, queue: queue) { finished, _, error in
+                #expect(error == nil)
+                if finished,
+                    written.withLock({ value -> Int in
+                        value += data.count
+                        return value
+                    }) == bytes.count
+                {
+                    done.fulfil(())
+                }
+            }
+        }
+        await done.get()
+        reader.close()
+        writer.close()
+        let copy = try #require(readWholeFile(dir.file("target")))
+        #expect(copy == bytes)
+    }
+
+    /// The same pattern on one stream channel of one file: the writes queue behind the read on the file's
+    /// single lane, so the read must not wait for them (it would wait forever).
+    @Test(arguments: EngineKind.allCases)
+    func copyIntoTheSameDescriptorDoesNotDeadlock(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let bytes = pattern(24 << 20, seed: 5)
+        let path = dir.make("file", bytes)
+        let fd = FileDescriptor(rawValue: open(path, O_RDWR | O_CLOEXEC))
+        defer { try? fd.close() }
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
+        let queue = WorkQueue(label: "copy")
+        let written = Locked(0)
+        let done = Promise<Void>()
+        channel.read(offset: 0, length: .max, queue: queue) { _, data, _ in
+            guard let data, !data.isEmpty else { return }
+            channel.write(offset: 0, data: data, queue: queue) { finished, _, error in
+                #expect(error == nil)
+                if finished,
+                    written.withLock({ value -> Int in
+                        value += data.count
+                        return value
+                    }) == bytes.count
+                {
+                    done.fulfil(())
+                }
+            }
+        }
+        await done.get()
+        channel.close()
+        let result = try #require(readWholeFile(path))
+        #expect(result.count == 2 * bytes.count)
+        #expect(Array(result[bytes.count...]) == bytes)
+    }
+
+    /// B42 with a real EACCES: as an unprivileged user (a child process that drops root), a path channel
+    /// on a file it may not read fails every operation with EACCES.
+    @Test func permissionDeniedForAnUnprivilegedUser() async {
+        await #expect(processExitsWith: .success) {
+            let path = "/tmp/dispatchio-eacces-\(getpid())"
+            let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+            precondition(fd >= 0)
+            close(fd)
+            defer { unlink(path) }
+            if getuid() == 0 {
+                // nobody: permissions now apply.
+                guard setgid(65534) == 0, setuid(65534) == 0 else { exit(1) }
+            }
+            let done = Promise<Errno?>()
+            guard
+                let channel = IOChannel(
+                    type: .stream,
+                    path: FilePath(path),
+                    mode: .readOnly,
+                    queue: WorkQueue(label: "c"),
+                    cleanupHandler: { _ in }
+                )
+            else { exit(2) }
+            channel.read(offset: 0, length: 1, queue: WorkQueue(label: "r")) { finished, _, error in
+                if finished { done.fulfil(error) }
+            }
+            let error = await done.get()
+            exit(error == .permissionDenied ? 0 : 3)
+        }
+    }
+}
+
+enum URL {
+    /// The repository's Fixtures/ folder, found from this source file.
+    static var fixtures: String {
+        var path = #filePath
+        for _ in 0..<3 { path = String(path[..<path.lastIndex(of: "/")!]) }
+        return path + "/Fixtures"
+    }
+}
+
+func regularFiles(under root: String) -> [String] {
+    var result: [String] = []
+    guard let dir = opendir(root) else { return [] }
+    defer { closedir(dir) }
+    while let entry = readdir(dir) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) {
+            String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self)
+        }
+        if name == "." || name == ".." { continue }
+        let path = root + "/" + name
+        var st = stat()
+        guard lstat(path, &st) == 0 else { continue }
+        if st.st_mode & S_IFMT == S_IFDIR {
+            result += regularFiles(under: path)
+        } else if st.st_mode & S_IFMT == S_IFREG {
+            result.append(path)
+        }
+    }
+    return result.sorted()
+}
+
+func readWholeFile(_ path: String) -> [UInt8]? {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var result: [UInt8] = []
+    var buffer = [UInt8](repeating: 0, count: 1 << 20)
+    while true {
+        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n <= 0 { break }
+        result += buffer[0..<n]
+    }
+    return result
+}
