@@ -19,6 +19,13 @@ final class MainRunner: @unchecked Sendable {
     private var items = WorkDeque()
     private var drainer: ThreadContext?
 
+    /// Whether some thread has called ``dispatchMain()``.
+    var hasDrainer: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return drainer != nil
+    }
+
     func push(_ work: consuming Work) {
         lock.lock()
         items.append(work)

@@ -36,7 +36,10 @@ extension WorkQueue {
 
     /// Traps on a `sync` that can only deadlock (SEMANTICS C4, C25).
     func checkSyncAllowed(barrier: Bool, context: ThreadContext, operation: String) {
-        guard context.frame != nil else { return }
+        guard context.frame != nil else {
+            checkNotMainThreadOntoMain(context: context, operation: operation)
+            return
+        }
         var cursor: WorkQueue? = self
         while let queue = cursor {
             if queue.isCustom && context.holds(queue, exclusively: true) {
@@ -56,6 +59,25 @@ extension WorkQueue {
                 "WorkQueue.\(operation) with .barrier onto concurrent queue '\(label)' from a block running on it: the barrier would wait for its own caller"
             )
         }
+    }
+
+    /// The main thread outside any block, before (or without) ``dispatchMain()``: a `sync` whose chain ends
+    /// at the main queue could only be run by this very thread, so it would wait forever (SEMANTICS C4).
+    private func checkNotMainThreadOntoMain(context: ThreadContext, operation: String) {
+        guard isCustom, !context.isMainDrainer else { return }
+        var cursor: WorkQueue? = self
+        var reachesMain = false
+        while let queue = cursor {
+            if queue.isMain {
+                reachesMain = true
+                break
+            }
+            cursor = queue.currentTarget
+        }
+        guard reachesMain, context.isProcessMainThread, !MainRunner.shared.hasDrainer else { return }
+        misuse(
+            "WorkQueue.\(operation) onto queue '\(label)', which runs on the main queue, from the main thread before dispatchMain(): this would deadlock"
+        )
     }
 
     /// Runs `body` on this queue, inline if every queue of the chain can be taken, else by handoff.

@@ -523,6 +523,27 @@ struct IOChannelTests {
         #expect(cleanedValue == nil)
     }
 
+    /// B51: on a pipe a short read is not the end; a read of a finite length goes on until it has all.
+    @Test(arguments: EngineKind.allCases)
+    func finitePipeReadCollectsShortReads(kind: EngineKind) async throws {
+        let pipe = makePipe()
+        defer {
+            try? pipe.read.close()
+            try? pipe.write.close()
+        }
+        let channel = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let recorder = Recorder()
+        channel.read(offset: 0, length: 6, queue: recorder.queue, handler: recorder.handler)
+        _ = try pipe.write.writeAll(Array("abc".utf8))
+        await settle(Engines.get(kind))
+        await settle(Engines.get(kind))
+        _ = try pipe.write.writeAll(Array("def".utf8))
+        let calls = await recorder.wait()
+        #expect(calls == [Call(done: true, count: 6, error: nil)])  // B16
+        #expect(recorder.bytes == Array("abcdef".utf8))
+        channel.close()
+    }
+
     @Test(arguments: EngineKind.allCases)
     func strictIntervalDeliversEvenNothing(kind: EngineKind) async throws {
         let pipe = makePipe()
