@@ -368,6 +368,26 @@ struct EngineTests {
         }
     }
 
+    /// A removal submitted right behind its poll or timeout, before the engine has started either, still
+    /// finds it (the POSIX engine used to miss a poll not yet parked, which then waited forever).
+    @Test(arguments: EngineKind.allCases)
+    func removalsRightAfterSubmissionFindTheirTarget(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let pipe = Pipe()
+            defer { pipe.close() }
+            for _ in 0..<200 {
+                let poll = Pending { engine.poll(pipe.read, events: .readable, then: $0) }
+                let removal = Pending { engine.removePoll(poll.id!, then: $0) }
+                #expect(await poll.value.error == .canceled)
+                #expect(await removal.value.error == nil)
+                let timer = Pending { engine.timeout(deadline: .now + .seconds(30), then: $0) }
+                let timerRemoval = Pending { engine.removeTimeout(timer.id!, then: $0) }
+                #expect(await timer.value.error == .canceled)
+                #expect(await timerRemoval.value.error == nil)
+            }
+        }
+    }
+
     @Test(arguments: EngineKind.allCases)
     func timeoutsNeverFireEarly(kind: EngineKind) async throws {
         try await withEngine(kind) { engine in

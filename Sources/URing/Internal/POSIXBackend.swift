@@ -178,9 +178,9 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                 addTimer(request, deadline: deadline.nanoseconds)
                 return
             case .pollRemove(let target):
-                res = remove(target, onlyIf: { if case .pollAdd = $0 { return true } else { return false } })
+                res = withdraw(target) { if case .pollAdd = $0 { return true } else { return false } }
             case .timeoutRemove(let target):
-                res = removeTimer(target)
+                res = withdraw(target) { if case .timeout = $0 { return true } else { return false } }
             case .cancel(let target):
                 res = cancel(target)
             }
@@ -405,6 +405,34 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         return nil
     }
 
+    /// Removes a poll or timeout wherever it is: not started yet, being started by a pool thread (it then
+    /// stops instead of waiting), or waiting. 0 when found, -ENOENT when it had already completed.
+    private func withdraw(_ target: UInt64, matching: (Op) -> Bool) -> Int {
+        enum Where {
+            case queued(Request)
+            case starting
+            case elsewhere
+        }
+        let place = lock.withLock { () -> Where in
+            if let request = runQueue.remove(id: target, matching: matching) { return .queued(request) }
+            if let request = running[target], matching(request.op) {
+                request.cancelRequested = true
+                return .starting
+            }
+            return .elsewhere
+        }
+        switch place {
+        case .queued(let request):
+            request.handler(IOCompletion(result: 0, error: .canceled))
+            return 0
+        case .starting:
+            return 0
+        case .elsewhere:
+            if remove(target, onlyIf: matching) == 0 { return 0 }
+            return removeTimer(target, matching: matching)
+        }
+    }
+
     private func cancel(_ target: UInt64) -> Int {
         enum Where {
             case queued(Request)
@@ -446,8 +474,12 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         if !accepted { request.handler(IOCompletion(result: 0, error: .canceled)) }
     }
 
-    private func removeTimer(_ target: UInt64) -> Int {
-        guard let request = lock.withLock({ timerRequests.removeValue(forKey: target) }) else { return -Int(ENOENT) }
+    private func removeTimer(_ target: UInt64, matching: (Op) -> Bool = { _ in true }) -> Int {
+        let found = lock.withLock { () -> Request? in
+            guard let request = timerRequests[target], matching(request.op) else { return nil }
+            return timerRequests.removeValue(forKey: target)
+        }
+        guard let request = found else { return -Int(ENOENT) }
         request.handler(IOCompletion(result: 0, error: .canceled))
         return 0
     }
@@ -505,8 +537,8 @@ private struct FIFO {
         return nil
     }
 
-    mutating func remove(id: UInt64) -> Request? {
-        for index in head..<items.count where items[index]?.id == id {
+    mutating func remove(id: UInt64, matching: (Op) -> Bool = { _ in true }) -> Request? {
+        for index in head..<items.count where items[index]?.id == id && matching(items[index]!.op) {
             let item = items[index]
             items[index] = nil
             return item
