@@ -531,7 +531,12 @@ struct IOChannelTests {
             try? pipe.read.close()
             try? pipe.write.close()
         }
-        let channel = IOChannel(type: .stream, fileDescriptor: pipe.read, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { _ in }
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: pipe.read,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
         let recorder = Recorder()
         channel.read(offset: 0, length: 6, queue: recorder.queue, handler: recorder.handler)
         _ = try pipe.write.writeAll(Array("abc".utf8))
