@@ -63,6 +63,19 @@ class IOOperation: @unchecked Sendable {
         progress()
     }
 
+    /// Remembers the engine's name for a request, so that stop can cancel it. A stop or end that came while
+    /// the request was being submitted found nothing to cancel, so it is cancelled here instead: a pipe read
+    /// nobody will satisfy would otherwise keep the operation, and the cleanup handler, waiting forever.
+    func recordKernelID(_ id: OperationID, token: Int) {
+        let cancelNow = lock.withLock { () -> Bool in
+            // The completion may already have run.
+            guard inFlight[token] != nil else { return false }
+            kernelIDs[token] = id
+            return stopped || finalDelivered
+        }
+        if cancelNow { entry.engine.cancel(id) { _ in } }
+    }
+
     /// Re-examines the state after a change; subclasses issue, deliver and finish from here.
     func progress() {}
 
@@ -224,10 +237,7 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
             }
             progress()
         }
-        lock.withLock {
-            // The completion may already have run.
-            if inFlight[sequence] != nil { kernelIDs[sequence] = id }
-        }
+        recordKernelID(id, token: sequence)
     }
 
     /// Moves arrived chunks, in order, into `pending`, and delivers by the water marks. Lock held.
@@ -457,7 +467,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
             }
             progress()
         }
-        lock.withLock { if writing { kernelIDs[0] = id } }
+        recordKernelID(id, token: 0)
     }
 
     /// The final call: `(true, nil, nil)` on success, `(true, unwritten, error)` otherwise. Lock held.
