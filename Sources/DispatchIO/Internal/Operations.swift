@@ -201,6 +201,11 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
             lock.withLock {
                 inFlight[sequence] = nil
                 kernelIDs[sequence] = nil
+                // On a pipe, socket or terminal a short read is not the end: count only what came, or a
+                // read of a finite length would stop asking once the sizes asked add up to it.
+                if !positioned, completion.error == nil, completion.result > 0 {
+                    issued -= size - completion.result
+                }
                 arrived[sequence] = (UnsafeMutableRawPointer(bitPattern: address)!, completion.result, completion.error, size)
             }
             progress()
