@@ -98,9 +98,15 @@ final class Copier: @unchecked Sendable {
         }
         let sources = paths.dropLast()
         var targetInfo = stat()
-        let targetIsDirectory = stat(target, &targetInfo) == 0 && targetInfo.st_mode & S_IFMT == S_IFDIR
+        let targetFound = stat(target, &targetInfo) == 0
+        let targetError = Errno(rawValue: errno)
+        let targetIsDirectory = targetFound && targetInfo.st_mode & S_IFMT == S_IFDIR
         if sources.count > 1 && !targetIsDirectory {
-            fail("target '\(target)' is not a directory")
+            if targetFound {
+                fail("target '\(target)' is not a directory")
+            } else {
+                fail("target '\(target)'", targetError)
+            }
             return 1
         }
         if let meter {

@@ -90,39 +90,39 @@ final class FileCopy: @unchecked Sendable {
             lock.withLock { error = "'\(source)' and '\(destination)' are the same file" }
             return end()
         }
-        let joined = WorkGroup()
-        joined.enter()
-        joined.enter()
+        let existed = if case .success = existing { true } else { false }
+        // The source first: cp creates nothing when the source cannot be read.
         engine.openat(path: FilePath(source), flags: O_RDONLY) { [self] result in
-            lock.withLock {
+            let opened = lock.withLock { () -> Bool in
                 if let failure = result.error {
-                    error = error ?? "cannot open '\(source)' for reading: \(describe(failure))"
-                } else {
-                    sourceFD = CInt(result.result)
+                    error = "cannot open '\(source)' for reading: \(describe(failure))"
+                    return false
                 }
+                sourceFD = CInt(result.result)
+                return true
             }
-            joined.leave()
+            guard opened else { return copier.queue.async { [self] in end() } }
+            openDestination(info, existed: existed)
         }
+    }
+
+    private func openDestination(_ info: FileStatus, existed: Bool) {
         // A new file gets the source's permission bits less the umask (the kernel applies it), as with cp.
         let permissions = FilePermissions(rawValue: CModeT(info.mode & 0o777))
-        let existed = if case .success = existing { true } else { false }
-        engine.openat(path: FilePath(destination), flags: O_WRONLY | O_CREAT | O_TRUNC, permissions: permissions) {
-            [self] result in
+        let flags = O_WRONLY | O_CREAT | O_TRUNC
+        engine.openat(path: FilePath(destination), flags: flags, permissions: permissions) { [self] result in
             lock.withLock {
                 if let failure = result.error {
                     let what =
                         existed
                         ? "cannot open '\(destination)' for writing" : "cannot create regular file '\(destination)'"
-                    // The source's error, if any, is the one cp reports; but the destination was opened
-                    // at the same time, so keep the first one found.
-                    error = error ?? "\(what): \(describe(failure))"
+                    error = "\(what): \(describe(failure))"
                 } else {
                     destinationFD = CInt(result.result)
                 }
             }
-            joined.leave()
+            copier.queue.async { [self] in begin(info) }
         }
-        joined.notify(queue: copier.queue) { [self] in begin(info) }
     }
 
     private func begin(_ info: FileStatus) {
