@@ -65,6 +65,8 @@ let package = Package(
         .testTarget(name: "DispatchDataBridgeTests", dependencies: ["DispatchDataBridge"]),
         .testTarget(name: "DispatchQueuesTests", dependencies: ["DispatchQueues"]),
         .testTarget(name: "DispatchIOTests", dependencies: ["DispatchIO"]),
+        // Runs the built dcat and dcopy binaries against cat and cp; depending on them builds them first.
+        .testTarget(name: "ToolTests", dependencies: ["dcat", "dcopy"]),
     ]
 )
 
