@@ -37,7 +37,8 @@ struct DCat: ParsableCommand {
 
 /// The bytes one read operation asks for. Reads are issued in windows of this size so that a fast input
 /// cannot run ahead of a slow output: the next window is read only once the output has caught up.
-private let window = 4 << 20
+/// 2 × 4 MiB measured 18.6 MiB peak RSS writing 1 GiB to a file; 2 × 2 MiB keeps it under 16 MiB.
+private let window = 2 << 20
 /// Windows whose data may be read but not yet written at once: two keeps the input busy while the
 /// output drains the previous window. Peak data in memory is about `windows × window`.
 private let windows = 2
@@ -48,12 +49,24 @@ private let piece = 512 << 10
 final class Concatenator: @unchecked Sendable {
     private let queue = WorkQueue(label: "dcat")
     private let output: IOChannel
+    /// Standard output is a regular file without O_APPEND: writes go at explicit offsets on a random
+    /// channel, several at once (a stream channel would run them one by one), and the descriptor's position
+    /// is moved past them at the end, where cat would have left it.
+    private let positionedOutput: Bool
+    /// The descriptor's position at start; the next write's offset relative to it.
+    private let outputStart: off_t
+    private let outputOffset = Locked<Int64>(0)
     /// One credit per window whose bytes are not yet all written.
     private let credits = WorkSemaphore(value: windows)
     private let status = Locked<Int32>(0)
 
     init() {
-        output = IOChannel(type: .stream, fileDescriptor: .standardOutput, queue: queue) { error in
+        var info = stat()
+        let regular = fstat(STDOUT_FILENO, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
+        positionedOutput = regular && fcntl(STDOUT_FILENO, F_GETFL) & O_APPEND == 0
+        outputStart = positionedOutput ? lseek(STDOUT_FILENO, 0, SEEK_CUR) : 0
+        let type: IOChannel.StreamType = positionedOutput ? .random : .stream
+        output = IOChannel(type: type, fileDescriptor: .standardOutput, queue: queue) { error in
             // Standard output unusable from the start (closed, a directory): cat says "write error".
             if let error { Concatenator.writeFailed(error) }
         }
@@ -70,6 +83,9 @@ final class Concatenator: @unchecked Sendable {
         for _ in 0..<windows { credits.wait() }
         // Hand them back: a semaphore released below its initial value is a programming error (C30).
         for _ in 0..<windows { credits.signal() }
+        if positionedOutput {
+            lseek(STDOUT_FILENO, outputStart + off_t(outputOffset.withLock { $0 }), SEEK_SET)
+        }
         return status.withLock { $0 }
     }
 
@@ -147,13 +163,19 @@ final class Concatenator: @unchecked Sendable {
         }
         let output = self.output
         let queue = self.queue
+        let outputOffset = positionedOutput ? self.outputOffset : nil
         input.read(offset: 0, length: window, queue: queue) { done, data, error in
             if let data, !data.isEmpty {
                 pending.withLock { state in
                     state.count += 1
                     state.bytes += data.count
                 }
-                output.write(offset: 0, data: data, queue: queue) { done, _, error in
+                // Handlers run one at a time on the serial queue, in read order: offsets follow the bytes.
+                let offset = outputOffset?.withLock { offset in
+                    defer { offset += Int64(data.count) }
+                    return offset
+                }
+                output.write(offset: offset ?? 0, data: data, queue: queue) { done, _, error in
                     guard done else { return }
                     if let error { Concatenator.writeFailed(error) }
                     release()

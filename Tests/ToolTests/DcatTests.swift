@@ -93,6 +93,18 @@ struct DcatTests {
         }
     }
 
+    @Test func sharedFileOffsetIsLeftWhereCatLeavesIt() throws {
+        try inScratch { scratch in
+            // The shell's commands share one descriptor: each must leave the position after its output.
+            let script =
+                "{ %@ $FIX/binary/random-64k.bin; printf X; %@ $FIX/text/lines.txt $FIX/text/hello.txt; "
+                + "printf Y; } > o; md5sum < o"
+            let ours = try scratch.run(script.replacingOccurrences(of: "%@", with: "\"$DCAT\""))
+            let theirs = try scratch.run(script.replacingOccurrences(of: "%@", with: "cat"))
+            #expect(ours == theirs)
+        }
+    }
+
     @Test func writeErrorToDevFullIsReported() throws {
         try inScratch { scratch in
             let (cat, dcat) = try both(scratch, "$FIX/text/hello.txt > /dev/full")
