@@ -120,9 +120,9 @@ bench "dcopy -r 10,000 x 4 KiB (vs cp -r)" "<= 1.00" "$clean" \
     "cp -r $work/small $dst" "$dcopy -r $work/small $dst"
 bench "dcopy -r 1,000 x 1 MiB (vs cp -r)" "<= 0.85" "$clean" \
     "cp -r $work/mid $dst" "$dcopy -r $work/mid $dst"
-bench "cat big | dcat > /dev/null (vs | cat)" "<= 1.00" true \
+bench "pipe: cat big into dcat (vs into cat)" "<= 1.00" true \
     "bash -c 'cat $work/big | cat > /dev/null'" "bash -c 'cat $work/big | $dcat > /dev/null'"
-bench "cat big | dcat > /dev/null (vs | DispatchIO)" "<= 0.50" true \
+bench "pipe: cat big into dcat (vs into DispatchIO)" "<= 0.50" true \
     "bash -c 'cat $work/big | $dio'" "bash -c 'cat $work/big | $dcat > /dev/null'"
 bench "dcat empty file (vs cat)" "<= 1 ms" true \
     "cat $work/empty" "$dcat $work/empty"
