@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of dcat and dcopy against cat and cp (and the toolchain's DispatchIO on a pipe).
+#
+# Warm page cache; each case runs the peer and ours in alternating hyperfine blocks (A B A B ...: this
+# machine drifts), then prints the medians, the ratio ours/peer, the target from issue 7 and the peak RSS
+# of each side (/usr/bin/time -f %M). Inputs live in $BENCH_DIR (default /tmp/bench-tools) and are made
+# once. Usage: bash Scripts/bench-tools.sh [ROUNDS] (default 3 blocks of 5 runs per side).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=${1:-3}
+runs=5
+work=${BENCH_DIR:-/tmp/bench-tools}
+mkdir -p "$work"
+
+command -v hyperfine >/dev/null || { apt-get update -qq && apt-get install -y -qq hyperfine; }
+[ -x /usr/bin/time ] || { apt-get update -qq && apt-get install -y -qq time; }
+
+swift build -c release --product dcat >&2
+swift build -c release --product dcopy >&2
+bin=$(swift build -c release --show-bin-path)
+dcat=$bin/dcat
+dcopy=$bin/dcopy
+
+# The toolchain's DispatchIO reading standard input to its end, Foundation-less.
+dio=/tmp/bench-dispatchio-read
+if [ ! -x "$dio" ]; then
+    cat > "$dio.swift" <<'EOF'
+import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
+let queue = DispatchQueue(label: "read")
+let channel = DispatchIO(type: .stream, fileDescriptor: 0, queue: queue) { _ in }
+channel.read(offset: 0, length: Int.max, queue: queue) { done, _, error in
+    if done { exit(error == 0 ? 0 : 1) }
+}
+dispatchMain()
+EOF
+    swiftc -O "$dio.swift" -o "$dio" >&2
+fi
+
+# Inputs, made once.
+[ -f "$work/big" ] || head -c $((1 << 30)) /dev/urandom > "$work/big"
+: > "$work/empty"
+if [ ! -d "$work/small" ]; then
+    mkdir -p "$work/small.tmp"
+    head -c $((10000 * 4096)) /dev/urandom | split -b 4096 -a 4 -d - "$work/small.tmp/f"
+    mv "$work/small.tmp" "$work/small"
+fi
+if [ ! -d "$work/mid" ]; then
+    mkdir -p "$work/mid.tmp"
+    head -c $((1000 << 20)) /dev/urandom | split -b $((1 << 20)) -a 3 -d - "$work/mid.tmp/f"
+    mv "$work/mid.tmp" "$work/mid"
+fi
+# Warm the page cache.
+cat "$work/big" > /dev/null
+find "$work/small" "$work/mid" -type f -exec cat {} + > /dev/null
+
+results=$(mktemp)
+trap 'rm -f "$results" "$work"/*.json' EXIT
+
+# median_ms JSON...: the median of every run in the given hyperfine exports, in milliseconds.
+median_ms() {
+    python3 - "$@" <<'EOF'
+import json, statistics, sys
+times = []
+for path in sys.argv[1:]:
+    for result in json.load(open(path))["results"]:
+        times += result["times"]
+print(f"{statistics.median(times) * 1000:.3f}")
+EOF
+}
+
+# peak_kib COMMAND: peak resident set of one run, in KiB (the shell's own is smaller than any of these).
+peak_kib() {
+    /usr/bin/time -f %M bash -c "$1" 2>&1 >/dev/null | tail -1
+}
+
+# bench NAME TARGET PREPARE PEER OURS [hyperfine options]
+bench() {
+    local name=$1 target=$2 prepare=$3 peer=$4 ours=$5
+    shift 5
+    local peers=() ourss=()
+    for round in $(seq 1 "$rounds"); do
+        hyperfine -N --style none --warmup 1 --runs $runs --prepare "$prepare" "$@" \
+            --export-json "$work/peer$round.json" "$peer" > /dev/null 2>&1 ||
+            hyperfine --style none --warmup 1 --runs $runs --prepare "$prepare" "$@" \
+                --export-json "$work/peer$round.json" "$peer" > /dev/null
+        hyperfine -N --style none --warmup 1 --runs $runs --prepare "$prepare" "$@" \
+            --export-json "$work/ours$round.json" "$ours" > /dev/null 2>&1 ||
+            hyperfine --style none --warmup 1 --runs $runs --prepare "$prepare" "$@" \
+                --export-json "$work/ours$round.json" "$ours" > /dev/null
+        peers+=("$work/peer$round.json")
+        ourss+=("$work/ours$round.json")
+    done
+    local peerms oursms
+    peerms=$(median_ms "${peers[@]}")
+    oursms=$(median_ms "${ourss[@]}")
+    bash -c "$prepare"
+    local peerrss ourrss
+    peerrss=$(peak_kib "$peer")
+    bash -c "$prepare"
+    ourrss=$(peak_kib "$ours")
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$peerms" "$oursms" \
+        "$(python3 -c "print(f'{$oursms / $peerms:.2f}')")" "$target" "$peerrss" "$ourrss" | tee -a "$results" >&2
+}
+
+dst=$work/dst
+clean="rm -rf $dst"
+
+# hyperfine -N runs a command without a shell; the pipe and redirection cases need one (the same for both).
+bench "dcat 1 GiB > /dev/null (vs cat)" "<= 1.10" true \
+    "bash -c 'cat $work/big > /dev/null'" "bash -c '$dcat $work/big > /dev/null'"
+bench "dcat 1 GiB > file (vs cat)" "<= 0.80" "$clean" \
+    "bash -c 'cat $work/big > $dst'" "bash -c '$dcat $work/big > $dst'"
+bench "dcopy 1 GiB file (vs cp)" "<= 1.00" "$clean" \
+    "cp $work/big $dst" "$dcopy $work/big $dst"
+bench "dcopy -r 10,000 x 4 KiB (vs cp -r)" "<= 1.00" "$clean" \
+    "cp -r $work/small $dst" "$dcopy -r $work/small $dst"
+bench "dcopy -r 1,000 x 1 MiB (vs cp -r)" "<= 0.85" "$clean" \
+    "cp -r $work/mid $dst" "$dcopy -r $work/mid $dst"
+bench "pipe: cat big into dcat (vs into cat)" "<= 1.00" true \
+    "bash -c 'cat $work/big | cat > /dev/null'" "bash -c 'cat $work/big | $dcat > /dev/null'"
+bench "pipe: cat big into dcat (vs into DispatchIO)" "<= 0.50" true \
+    "bash -c 'cat $work/big | $dio'" "bash -c 'cat $work/big | $dcat > /dev/null'"
+bench "dcat empty file (vs cat)" "<= 1 ms" true \
+    "cat $work/empty" "$dcat $work/empty"
+rm -rf "$dst"
+
+echo
+echo "| case | peer ms | ours ms | ratio | target | peer RSS KiB | ours RSS KiB |"
+echo "| --- | ---: | ---: | ---: | --- | ---: | ---: |"
+while IFS=$'\t' read -r name peer ours ratio target peerrss oursrss; do
+    echo "| $name | $peer | $ours | $ratio | $target | $peerrss | $oursrss |"
+done < "$results"

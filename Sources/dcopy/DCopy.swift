@@ -1,0 +1,375 @@
+import ArgumentParser
+import DispatchIO
+import DispatchQueues
+import SystemPackage
+import URing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `dcopy`: GNU `cp` for `SRC DST`, `SRC... DIR` and `-r`, with `-p`, `-v` and `--progress`.
+///
+/// The main thread walks the sources with plain metadata calls (`lstat`, `readdir`, `mkdir`, `symlink`)
+/// and hands every regular file to a ``FileCopy``, at most ``Limits/files`` at once; each file is
+/// stat'ed, opened and closed through the engine's ring and its bytes move through two ``IOChannel``s.
+@main
+struct DCopy: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dcopy",
+        abstract: "Copy files and directories, through io_uring.",
+        usage: """
+            dcopy [-r] [-p] [-v] [--progress] SRC DST
+            dcopy [-r] [-p] [-v] [--progress] SRC... DIR
+            """
+    )
+
+    @Flag(name: [.customShort("r"), .customShort("R"), .long], help: "Copy directories recursively.")
+    var recursive = false
+
+    @Flag(name: .customShort("p"), help: "Keep mode, ownership and timestamps.")
+    var preserve = false
+
+    @Flag(name: .shortAndLong, help: "Explain what is being done.")
+    var verbose = false
+
+    @Flag(name: .long, help: "Show a progress bar on standard error when it is a terminal.")
+    var progress = false
+
+    @Argument(help: "Sources, then the destination.")
+    var paths: [String] = []
+
+    func run() throws {
+        let options = Options(recursive: recursive, preserve: preserve, verbose: verbose)
+        let status = Copier(options: options, showProgress: progress && isatty(STDERR_FILENO) == 1).run(paths)
+        Glibc.exit(status)
+    }
+}
+
+/// What the command line asked for.
+struct Options: Sendable {
+    var recursive: Bool
+    var preserve: Bool
+    var verbose: Bool
+}
+
+/// Bounds on concurrency and memory.
+enum Limits {
+    /// Files copied at once: enough to keep the ring busy with small files' opens, stats and closes.
+    static let files = 16
+    /// Read chunks (each at most ``chunk`` bytes) read but not yet written, across all files: the data in
+    /// memory stays under `chunks × chunk` (4 MiB) whatever the file sizes or how slow the destination.
+    static let chunks = 8
+    /// Bytes one read asks for: the channel's pooled buffer size, so one read is one system call.
+    static let chunk = 512 << 10
+    /// Chunks of one file in flight at once (reads on a regular file can overlap their writes).
+    static let perFile = 4
+}
+
+/// Copies sources to a destination, as cp does.
+final class Copier: @unchecked Sendable {
+    let options: Options
+    let engine = IOEngine.shared
+    let queue = WorkQueue(label: "dcopy", attributes: .concurrent)
+    let budget = ChunkBudget(Limits.chunks)
+    private let slots = WorkSemaphore(value: Limits.files)
+    private let running = WorkGroup()
+    private let failed = Locked(false)
+    let meter: ProgressMeter?
+    /// Directories whose mode and times are set once their contents are in (`-p`), innermost first.
+    private var directoriesToFinish: [(path: String, info: stat)] = []
+    /// Directories made writable by their owner while being filled (without `-p`), and their final mode.
+    private var directoriesToRestrict: [(path: String, mode: mode_t)] = []
+
+    init(options: Options, showProgress: Bool) {
+        self.options = options
+        meter = showProgress ? ProgressMeter() : nil
+    }
+
+    /// Runs the command; returns the exit status.
+    func run(_ paths: [String]) -> Int32 {
+        guard let target = paths.last else {
+            fail("missing file operand")
+            return 1
+        }
+        guard paths.count >= 2 else {
+            fail("missing destination file operand after '\(target)'")
+            return 1
+        }
+        let sources = paths.dropLast()
+        var targetInfo = stat()
+        let targetFound = stat(target, &targetInfo) == 0
+        let targetError = Errno(rawValue: errno)
+        let targetIsDirectory = targetFound && targetInfo.st_mode & S_IFMT == S_IFDIR
+        if sources.count > 1 && !targetIsDirectory {
+            if targetFound {
+                fail("target '\(target)' is not a directory")
+            } else {
+                fail("target '\(target)'", targetError)
+            }
+            return 1
+        }
+        if let meter {
+            meter.total = sources.reduce(0) { $0 + Self.bytes(under: $1, recursive: options.recursive) }
+            meter.start()
+        }
+        for source in sources {
+            let destination = targetIsDirectory ? Self.join(target, Self.basename(source)) : target
+            copy(source, to: destination, topLevel: true)
+        }
+        running.wait()
+        // Directory times last: writing their contents changed them.
+        for (path, mode) in directoriesToRestrict { chmod(path, mode) }
+        for (path, info) in directoriesToFinish { setMetadata(path: path, info: info, isLink: false) }
+        meter?.finish()
+        return failed.withLock { $0 } ? 1 : 0
+    }
+
+    // MARK: Messages
+
+    /// Prints `dcopy: message` on standard error and marks the exit status.
+    func fail(_ message: String) {
+        printError("dcopy: \(message)\n")
+        failed.withLock { $0 = true }
+    }
+
+    func fail(_ what: String, _ error: Errno) {
+        fail("\(what): \(describe(error))")
+    }
+
+    func announce(_ source: String, _ destination: String) {
+        if options.verbose { printOutput("'\(source)' -> '\(destination)'\n") }
+    }
+
+    // MARK: Walking
+
+    /// Copies one source (a file, a directory with `-r`, a symbolic link with `-r`) to `destination`.
+    private func copy(_ source: String, to destination: String, topLevel: Bool) {
+        var info = stat()
+        // With -r, links are copied as links (cp's -P default for -R); without it they are followed.
+        let rc = options.recursive ? lstat(source, &info) : stat(source, &info)
+        if rc != 0 {
+            fail("cannot stat '\(source)'", Errno(rawValue: errno))
+            return
+        }
+        switch info.st_mode & S_IFMT {
+        case S_IFDIR:
+            guard options.recursive else {
+                fail("-r not specified; omitting directory '\(source)'")
+                return
+            }
+            copyDirectory(source, to: destination, info: info, topLevel: topLevel)
+        case S_IFLNK:
+            copyLink(source, to: destination, info: info)
+        case S_IFIFO where options.recursive, S_IFCHR where options.recursive, S_IFBLK where options.recursive:
+            // cp -r recreates special files instead of reading them (which could block forever).
+            if mknod(destination, info.st_mode, info.st_rdev) != 0 {
+                fail("cannot create special file '\(destination)'", Errno(rawValue: errno))
+                return
+            }
+            announce(source, destination)
+            if options.preserve { setMetadata(path: destination, info: info, isLink: false) }
+        default:
+            startFile(source, to: destination)
+        }
+    }
+
+    private func copyDirectory(_ source: String, to destination: String, info: stat, topLevel: Bool) {
+        if topLevel, let message = Self.intoItself(source, destination) {
+            fail(message)
+            return
+        }
+        var existing = stat()
+        if lstat(destination, &existing) == 0 {
+            if existing.st_mode & S_IFMT != S_IFDIR {
+                fail("cannot overwrite non-directory '\(destination)' with directory '\(source)'")
+                return
+            }
+        } else {
+            // cp creates the directory writable by its owner while it fills it, then gives it its mode.
+            if mkdir(destination, (info.st_mode & 0o777) | S_IRWXU) != 0 {
+                fail("cannot create directory '\(destination)'", Errno(rawValue: errno))
+                return
+            }
+            announce(source, destination)
+            if !options.preserve && info.st_mode & S_IRWXU != S_IRWXU {
+                let mask = umask(0)
+                umask(mask)
+                directoriesToRestrict.append((destination, info.st_mode & 0o777 & ~mask))
+            }
+        }
+        guard let directory = opendir(source) else {
+            fail("cannot access '\(source)'", Errno(rawValue: errno))
+            return
+        }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        closedir(directory)
+        for name in names {
+            copy(Self.join(source, name), to: Self.join(destination, name), topLevel: false)
+        }
+        if options.preserve { directoriesToFinish.append((destination, info)) }
+    }
+
+    private func copyLink(_ source: String, to destination: String, info: stat) {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink(source, &buffer, buffer.count - 1)
+        guard count >= 0 else {
+            fail("cannot read symbolic link '\(source)'", Errno(rawValue: errno))
+            return
+        }
+        buffer[count] = 0
+        var rc = symlink(buffer, destination)
+        if rc != 0 && errno == EEXIST {
+            // cp replaces an existing non-directory with the link.
+            var existing = stat()
+            if lstat(destination, &existing) == 0 && existing.st_mode & S_IFMT != S_IFDIR {
+                unlink(destination)
+                rc = symlink(buffer, destination)
+            } else {
+                errno = EEXIST
+            }
+        }
+        if rc != 0 {
+            fail("cannot create symbolic link '\(destination)'", Errno(rawValue: errno))
+            return
+        }
+        announce(source, destination)
+        if options.preserve { setMetadata(path: destination, info: info, isLink: true) }
+    }
+
+    /// Starts a file copy once one of the ``Limits/files`` slots is free.
+    private func startFile(_ source: String, to destination: String) {
+        slots.wait()
+        running.enter()
+        // Announced in walking order, as cp does, although the copies overlap.
+        announce(source, destination)
+        FileCopy(copier: self, source: source, destination: destination) { [slots, running] in
+            slots.signal()
+            running.leave()
+        }.start()
+    }
+
+    /// Sets mode, owner and times as `cp -p` does; ownership that cannot be kept is not an error.
+    func setMetadata(path: String, info: stat, isLink: Bool) {
+        let flags = isLink ? AT_SYMLINK_NOFOLLOW : 0
+        _ = fchownat(AT_FDCWD, path, info.st_uid, info.st_gid, flags)
+        if !isLink && chmod(path, info.st_mode & 0o7777) != 0 {
+            fail("preserving permissions for '\(path)'", Errno(rawValue: errno))
+        }
+        let times = [info.st_atim, info.st_mtim]
+        if utimensat(AT_FDCWD, path, times, flags) != 0 {
+            fail("preserving times for '\(path)'", Errno(rawValue: errno))
+        }
+    }
+
+    // MARK: Paths
+
+    static func join(_ directory: String, _ name: String) -> String {
+        directory.hasSuffix("/") ? directory + name : directory + "/" + name
+    }
+
+    static func basename(_ path: String) -> String {
+        FilePath(path).lastComponent?.string ?? path
+    }
+
+    /// cp's refusal to copy a directory into itself, when `destination` would lie inside `source`.
+    static func intoItself(_ source: String, _ destination: String) -> String? {
+        guard let resolvedSource = realPath(source) else { return nil }
+        let parent = FilePath(destination).removingLastComponent().string
+        guard let resolvedParent = realPath(parent.isEmpty ? "." : parent) else { return nil }
+        let resolvedDestination = join(resolvedParent, basename(destination))
+        if resolvedDestination == resolvedSource || resolvedDestination.hasPrefix(join(resolvedSource, "")) {
+            return "cannot copy a directory, '\(source)', into itself, '\(destination)'"
+        }
+        return nil
+    }
+
+    static func realPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    /// Bytes of regular files under `path`, for the progress bar's total.
+    static func bytes(under path: String, recursive: Bool) -> Int64 {
+        var info = stat()
+        guard (recursive ? lstat(path, &info) : stat(path, &info)) == 0 else { return 0 }
+        switch info.st_mode & S_IFMT {
+        case S_IFREG:
+            return Int64(info.st_size)
+        case S_IFDIR where recursive:
+            guard let directory = opendir(path) else { return 0 }
+            defer { closedir(directory) }
+            var total: Int64 = 0
+            while let entry = readdir(directory) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                    String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
+                }
+                if name != "." && name != ".." { total += bytes(under: join(path, name), recursive: true) }
+            }
+            return total
+        default:
+            return 0
+        }
+    }
+}
+
+/// Read chunks that may be held at once across all files; a file that finds none waits its turn.
+final class ChunkBudget: @unchecked Sendable {
+    private let lock = Lock()
+    private var available: Int
+    private var waiters: [@Sendable () -> Void] = []
+
+    init(_ count: Int) { available = count }
+
+    /// Takes a chunk if one is free; otherwise `wake` runs (once) when one has been given back.
+    func take(orWhenFree wake: @escaping @Sendable () -> Void) -> Bool {
+        lock.withLock {
+            if available > 0 {
+                available -= 1
+                return true
+            }
+            waiters.append(wake)
+            return false
+        }
+    }
+
+    /// Gives a chunk back: straight to the longest waiter, if any, which then holds it.
+    func give() {
+        let waiter = lock.withLock { () -> (@Sendable () -> Void)? in
+            if waiters.isEmpty {
+                available += 1
+                return nil
+            }
+            return waiters.removeFirst()
+        }
+        waiter?()
+    }
+}
+
+/// The text `strerror` gives, as cp prints it.
+func describe(_ error: Errno) -> String {
+    String(cString: strerror(error.rawValue))
+}
+
+/// Writes a message to standard error in one system call.
+func printError(_ message: String) {
+    var message = message
+    message.withUTF8 { bytes in
+        _ = Glibc.write(STDERR_FILENO, bytes.baseAddress, bytes.count)
+    }
+}
+
+/// Writes `-v` lines to standard output in one system call each.
+func printOutput(_ message: String) {
+    var message = message
+    message.withUTF8 { bytes in
+        _ = Glibc.write(STDOUT_FILENO, bytes.baseAddress, bytes.count)
+    }
+}

@@ -1,0 +1,313 @@
+import DispatchData
+import DispatchIO
+import DispatchQueues
+import SystemPackage
+import URing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `lseek` whences Glibc hides behind `_GNU_SOURCE` (linux/fs.h values).
+private let seekData: CInt = 3  // SEEK_DATA
+private let seekHole: CInt = 4  // SEEK_HOLE
+
+/// One regular file (or, without `-r`, a FIFO or device read as a stream) copied through the ring.
+///
+/// The steps: `statx` of source and destination (refusing a copy of a file onto itself by device and
+/// inode), `openat` of both, then chunks read at their offsets on a random channel and written at the same
+/// offsets on another, at most ``Limits/perFile`` at once and only while the shared ``ChunkBudget`` has
+/// room; only the data extents of a sparse file are read (`SEEK_DATA`/`SEEK_HOLE`) and the size is set
+/// with `ftruncate` at the end. Then `-p` metadata, and `close` of both through the ring.
+final class FileCopy: @unchecked Sendable {
+    private let copier: Copier
+    private let source: String
+    private let destination: String
+    private let completion: @Sendable () -> Void
+    private var engine: IOEngine { copier.engine }
+
+    private let lock = Lock()
+    // Guarded by `lock` once the copy runs.
+    private var sourceInfo: FileStatus?
+    private var destinationInfo: Result<FileStatus, Errno>?
+    private var sourceFD: CInt = -1
+    private var destinationFD: CInt = -1
+    private var input: IOChannel?
+    private var output: IOChannel?
+    /// Whether the source is read at offsets (a regular file) or as a stream.
+    private var seekable = true
+    /// Whether writes go at offsets (a regular destination) or in order.
+    private var positionedOutput = true
+    /// The size to end with; nil when unknown (a size-0 /proc file, a stream): read to end of file.
+    private var size: Int64?
+    private var sparse = false
+    /// The data extent being read: `next` is the next offset to ask for, `extentEnd` where it stops.
+    private var next: Int64 = 0
+    private var extentEnd: Int64 = 0
+    private var reachedEnd = false
+    private var chunksInFlight = 0
+    private var waitingForBudget = false
+    private var error: String?
+    private var finishing = false
+
+    init(copier: Copier, source: String, destination: String, completion: @escaping @Sendable () -> Void) {
+        self.copier = copier
+        self.source = source
+        self.destination = destination
+        self.completion = completion
+    }
+
+    // MARK: Opening
+
+    func start() {
+        let joined = WorkGroup()
+        joined.enter()
+        joined.enter()
+        engine.stat(path: FilePath(source)) { [self] result in
+            lock.withLock {
+                switch result {
+                case .success(let info): sourceInfo = info
+                case .failure(let error): self.error = "cannot stat '\(source)': \(describe(error))"
+                }
+            }
+            joined.leave()
+        }
+        engine.stat(path: FilePath(destination)) { [self] result in
+            lock.withLock { destinationInfo = result }
+            joined.leave()
+        }
+        joined.notify(queue: copier.queue) { [self] in open() }
+    }
+
+    private func open() {
+        let (info, existing, failure) = lock.withLock { (sourceInfo, destinationInfo, error) }
+        guard let info, failure == nil else { return end() }
+        if case .success(let other) = existing, other.inode == info.inode,
+            other.deviceMajor == info.deviceMajor, other.deviceMinor == info.deviceMinor
+        {
+            // The same file by another name (a hard link, a symbolic link, the same path): truncating the
+            // destination would destroy the source, so cp refuses before opening anything.
+            lock.withLock { error = "'\(source)' and '\(destination)' are the same file" }
+            return end()
+        }
+        let existed = if case .success = existing { true } else { false }
+        // The source first: cp creates nothing when the source cannot be read.
+        engine.openat(path: FilePath(source), flags: O_RDONLY) { [self] result in
+            let opened = lock.withLock { () -> Bool in
+                if let failure = result.error {
+                    error = "cannot open '\(source)' for reading: \(describe(failure))"
+                    return false
+                }
+                sourceFD = CInt(result.result)
+                return true
+            }
+            guard opened else { return copier.queue.async { [self] in end() } }
+            openDestination(info, existed: existed)
+        }
+    }
+
+    private func openDestination(_ info: FileStatus, existed: Bool) {
+        // A new file gets the source's permission bits less the umask (the kernel applies it), as with cp.
+        let permissions = FilePermissions(rawValue: CModeT(info.mode & 0o777))
+        let flags = O_WRONLY | O_CREAT | O_TRUNC
+        engine.openat(path: FilePath(destination), flags: flags, permissions: permissions) { [self] result in
+            lock.withLock {
+                if let failure = result.error {
+                    let what =
+                        existed
+                        ? "cannot open '\(destination)' for writing" : "cannot create regular file '\(destination)'"
+                    error = "\(what): \(describe(failure))"
+                } else {
+                    destinationFD = CInt(result.result)
+                }
+            }
+            copier.queue.async { [self] in begin(info) }
+        }
+    }
+
+    private func begin(_ info: FileStatus) {
+        let canRun = lock.withLock { error == nil }
+        guard canRun else { return end() }
+        seekable = info.isRegularFile
+        var status = stat()
+        positionedOutput = fstat(destinationFD, &status) == 0 && status.st_mode & S_IFMT == S_IFREG
+        if seekable && info.size > 0 {
+            size = info.size
+            // Fewer blocks than the size needs means holes: copy only the data extents.
+            sparse = positionedOutput && Int64(info.blocks) * 512 < info.size
+        }
+        let queue = copier.queue
+        input = IOChannel(
+            type: seekable ? .random : .stream,
+            fileDescriptor: FileDescriptor(rawValue: sourceFD),
+            queue: queue
+        ) { _ in }
+        output = IOChannel(
+            type: positionedOutput ? .random : .stream,
+            fileDescriptor: FileDescriptor(rawValue: destinationFD),
+            queue: queue
+        ) { _ in }
+        // Reads deliver in one call (a chunk is one pooled buffer); writes report only their end.
+        input?.setLimit(lowWater: Int.max)
+        output?.setLimit(lowWater: Int.max)
+        lock.withLock {
+            if sparse {
+                findExtent(from: 0)
+            } else {
+                extentEnd = size ?? Int64.max
+            }
+        }
+        pump()
+    }
+
+    // MARK: Data
+
+    /// Moves `next`/`extentEnd` to the data extent at or after `offset`. Lock held.
+    private func findExtent(from offset: Int64) {
+        let start = lseek(sourceFD, off_t(offset), seekData)
+        if start < 0 {
+            // ENXIO: no data after `offset`; the rest is a hole that ftruncate makes.
+            reachedEnd = true
+            return
+        }
+        let end = lseek(sourceFD, start, seekHole)
+        next = Int64(start)
+        extentEnd = end < 0 ? (size ?? Int64.max) : Int64(end)
+    }
+
+    /// Issues reads while the file has chunks to read, room of its own, and room in the shared budget.
+    private func pump() {
+        var reads: [(offset: Int64, length: Int)] = []
+        var done = false
+        lock.withLock {
+            let limit = seekable && positionedOutput ? Limits.perFile : 1
+            while error == nil, !reachedEnd, !waitingForBudget, chunksInFlight < limit {
+                if next >= extentEnd {
+                    if sparse, size.map({ extentEnd < $0 }) == true {
+                        findExtent(from: extentEnd)
+                        continue
+                    }
+                    reachedEnd = true
+                    break
+                }
+                guard copier.budget.take(orWhenFree: { [self] in wake() }) else {
+                    waitingForBudget = true
+                    break
+                }
+                let length = Int(min(Int64(Limits.chunk), extentEnd - next))
+                reads.append((next, length))
+                next += Int64(length)
+                chunksInFlight += 1
+            }
+            done = chunksInFlight == 0 && (reachedEnd || error != nil) && !finishing
+            if done { finishing = true }
+        }
+        for (offset, length) in reads { read(offset: offset, length: length) }
+        if done { finish() }
+    }
+
+    /// A chunk of the budget was handed to this file: use it for the next read, or hand it on.
+    private func wake() {
+        copier.queue.async { [self] in
+            var chunk: (offset: Int64, length: Int)?
+            lock.withLock {
+                waitingForBudget = false
+                if error == nil, !reachedEnd, next < extentEnd {
+                    let length = Int(min(Int64(Limits.chunk), extentEnd - next))
+                    chunk = (next, length)
+                    next += Int64(length)
+                    chunksInFlight += 1
+                }
+            }
+            if let chunk {
+                read(offset: chunk.offset, length: chunk.length)
+            } else {
+                copier.budget.give()
+            }
+            pump()
+        }
+    }
+
+    private func read(offset: Int64, length: Int) {
+        guard let input, let output else { return }
+        let collected = Locked(DispatchDataBuffer())
+        input.read(offset: offset, length: length, queue: copier.queue) { [self] done, data, failure in
+            if let data { collected.withLock { $0.append(data) } }
+            guard done else { return }
+            if let failure {
+                chunkDone(error: "error reading '\(source)': \(describe(failure))")
+                return
+            }
+            let data = collected.withLock { $0 }
+            if data.count < length {
+                // Shorter than asked: the end of the file (a /proc file, a stream, a file that shrank).
+                lock.withLock {
+                    reachedEnd = true
+                    if seekable && !sparse { size = offset + Int64(data.count) }
+                }
+            }
+            guard !data.isEmpty else { return chunkDone(error: nil) }
+            output.write(offset: offset, data: data, queue: copier.queue) { [self] done, _, failure in
+                guard done else { return }
+                copier.meter?.add(data.count)
+                chunkDone(error: failure.map { "error writing '\(destination)': \(describe($0))" })
+            }
+        }
+    }
+
+    private func chunkDone(error failure: String?) {
+        lock.withLock {
+            chunksInFlight -= 1
+            if let failure, error == nil { error = failure }
+        }
+        copier.budget.give()
+        pump()
+    }
+
+    // MARK: Ending
+
+    /// Every chunk is written: set the size of a sparse file, the `-p` metadata, then close both files.
+    private func finish() {
+        let (failure, sizeToSet) = lock.withLock { (error, sparse ? size : nil) }
+        if failure == nil, let sizeToSet, ftruncate(destinationFD, off_t(sizeToSet)) != 0 {
+            let failure = Errno(rawValue: errno)
+            lock.withLock { error = "error writing '\(destination)': \(describe(failure))" }
+        }
+        if failure == nil && copier.options.preserve, let info = lock.withLock({ sourceInfo }) {
+            if fchown(destinationFD, info.uid, info.gid) != 0 {
+                // cp -p keeps the group if it can when the owner cannot be kept, and says nothing.
+                _ = fchown(destinationFD, uid_t.max, info.gid)
+            }
+            if fchmod(destinationFD, mode_t(info.mode & 0o7777)) != 0 {
+                let failure = Errno(rawValue: errno)
+                lock.withLock { error = "preserving permissions for '\(destination)': \(describe(failure))" }
+            }
+            let times = [info.accessTime, info.modificationTime]
+            if futimens(destinationFD, times) != 0 {
+                let failure = Errno(rawValue: errno)
+                lock.withLock { error = "preserving times for '\(destination)': \(describe(failure))" }
+            }
+        }
+        end()
+    }
+
+    /// Closes the channels and the descriptors through the ring, reports any error, and frees the slot.
+    private func end() {
+        let (input, output, sourceFD, destinationFD, failure) = lock.withLock {
+            (self.input, self.output, self.sourceFD, self.destinationFD, error)
+        }
+        input?.close()
+        output?.close()
+        lock.withLock {
+            self.input = nil
+            self.output = nil
+        }
+        if let failure { copier.fail(failure) }
+        let closes = WorkGroup()
+        for fd in [sourceFD, destinationFD] where fd >= 0 {
+            closes.enter()
+            engine.close(fd) { _ in closes.leave() }
+        }
+        closes.notify(queue: copier.queue) { [completion] in completion() }
+    }
+}

@@ -1,0 +1,239 @@
+import Foundation
+import Testing
+
+/// dcopy against GNU cp: each case runs cp in `theirs/` and dcopy in `ours/` with the same relative
+/// names, so results and messages compare directly.
+@Suite(.timeLimit(.minutes(1)))
+struct DcopyTests {
+    /// Runs `setup` in both `theirs/` and `ours/`, then `command` with `%cp` as cp or dcopy, then `check`
+    /// (a listing of what to compare); returns both outcomes of the command and of the check.
+    func both(
+        _ scratch: Scratch,
+        setup: String = "",
+        _ command: String,
+        check: String = "true"
+    ) throws -> (theirs: Outcome, ours: Outcome, theirsCheck: Outcome, oursCheck: Outcome) {
+        func side(_ name: String, _ tool: String) throws -> (Outcome, Outcome) {
+            let prefix = "mkdir -p \(name) && cd \(name) && "
+            _ = try scratch.run(prefix + (setup.isEmpty ? "true" : setup))
+            let outcome = try scratch.run(prefix + command.replacingOccurrences(of: "%cp", with: tool))
+            let checked = try scratch.run(prefix + check)
+            return (outcome, checked)
+        }
+        // Random inputs are made once and shared, so that both sides copy the same bytes.
+        _ = try scratch.run("[ -f rand ] || head -c 4000000 /dev/urandom > rand")
+        let (theirs, theirsCheck) = try side("theirs", "cp")
+        let (ours, oursCheck) = try side("ours", "\"$DCOPY\"")
+        return (theirs, ours, theirsCheck, oursCheck)
+    }
+
+    /// Lists a tree with type, mode, size, link target and content checksum of each entry.
+    static let listing =
+        "find . -mindepth 1 | LC_ALL=C sort | while read -r p; do "
+        + "if [ -L \"$p\" ]; then echo \"$p link $(readlink \"$p\")\"; "
+        + "elif [ -d \"$p\" ]; then echo \"$p dir $(stat -c %a \"$p\")\"; "
+        + "else echo \"$p file $(stat -c '%a %s' \"$p\") $(md5sum < \"$p\")\"; fi; done"
+
+    func expectSame(_ result: (theirs: Outcome, ours: Outcome, theirsCheck: Outcome, oursCheck: Outcome)) {
+        #expect(result.ours.status == result.theirs.status)
+        #expect(result.ours.stderr == renamed(result.theirs.stderr, from: "cp", to: "dcopy"))
+        #expect(result.ours.stdout == result.theirs.stdout)
+        #expect(result.oursCheck.text == result.theirsCheck.text)
+        #expect(result.oursCheck.status == result.theirsCheck.status)
+    }
+
+    @Test func singleFileBytesAndMode() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "cp $FIX/binary/random-64k.bin src; chmod 751 src; printf x > exec; chmod 4755 exec",
+                "%cp src dst && %cp exec exec2 && (umask 077; %cp src private)",
+                check: Self.listing
+            )
+            #expect(result.theirs.status == 0)
+            expectSame(result)
+        }
+    }
+
+    @Test func existingDestinationIsTruncatedAndKeepsItsMode() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "head -c 100000 ../rand > long; printf short > src; cp long dst; chmod 600 dst",
+                "%cp src dst",
+                check: Self.listing
+            )
+            expectSame(result)
+        }
+    }
+
+    @Test func sourcesIntoDirectoryUseTheirBasenames() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir dir",
+                "%cp $FIX/text/hello.txt $FIX/binary/zeros-and-ff.bin dir && %cp $FIX/text/lines.txt dir/",
+                check: Self.listing
+            )
+            expectSame(result)
+            #expect(result.oursCheck.text.contains("./dir/hello.txt file"))
+        }
+    }
+
+    @Test func manySourcesNeedADirectory() throws {
+        try inScratch { scratch in
+            let result = try both(scratch, setup: "printf a > a; printf b > b", "%cp a b c", check: Self.listing)
+            #expect(result.theirs.status == 1)
+            expectSame(result)
+        }
+    }
+
+    @Test func recursiveTreeWithNestedEmptyDirectoriesAndSymlinks() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir -p existing",
+                "%cp -r $FIX/tree copy && %cp -r $FIX/tree existing && %cp -R $FIX/tree/link-to-c toplink",
+                check: Self.listing
+            )
+            #expect(result.theirs.status == 0)
+            expectSame(result)
+            #expect(result.oursCheck.text.contains("./copy/empty dir"))
+            #expect(result.oursCheck.text.contains("./copy/link-to-c link a/b/c.txt"))
+            #expect(result.oursCheck.text.contains("./toplink link a/b/c.txt"))
+        }
+    }
+
+    @Test func recursiveManyFiles() throws {
+        try inScratch { scratch in
+            // More files than are copied at once, sizes around the chunk size.
+            let result = try both(
+                scratch,
+                setup: "mkdir -p src/d1/d2; for i in $(seq 1 60); do head -c $((i * 20011)) ../rand > src/f$i; "
+                    + "printf $i > src/d1/g$i; done; head -c 3000000 ../rand > src/d1/d2/big",
+                "%cp -r src dst",
+                check: "rm -rf src; " + Self.listing
+            )
+            expectSame(result)
+        }
+    }
+
+    @Test func preserveKeepsModeAndTimestamps() throws {
+        try inScratch { scratch in
+            let setup =
+                "mkdir -p src/sub; printf data > src/sub/f; chmod 640 src/sub/f; chmod 750 src/sub; "
+                + "ln -s sub/f src/l; touch -h -d '2001-02-03 04:05:06.123456789' src/sub/f src/sub src/l src"
+            // Access times only of what the check itself does not read (it lists the directories).
+            let times =
+                "find dst | sort | xargs stat -c '%n %a %y'; stat -c '%n %x' dst/sub/f dst/l; stat -c '%n %a %y' one"
+            let result = try both(scratch, setup: setup, "%cp -rp src dst && %cp -p src/sub/f one", check: times)
+            expectSame(result)
+            #expect(result.oursCheck.text.contains("dst/sub/f 640 2001-02-03 04:05:06.123456789"))
+        }
+    }
+
+    @Test func verboseNamesEveryCopy() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                "%cp -v $FIX/text/hello.txt h && %cp -rv $FIX/tree t | sort",
+                check: Self.listing
+            )
+            expectSame(result)
+        }
+    }
+
+    @Test func missingSource() throws {
+        try inScratch { scratch in
+            let result = try both(scratch, "%cp nothing here", check: Self.listing)
+            #expect(result.ours.stderr == "dcopy: cannot stat 'nothing': No such file or directory\n")
+            expectSame(result)
+        }
+    }
+
+    @Test func directoryWithoutRecursiveIsRefused() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir d; printf x > f; mkdir out",
+                "%cp d f out",
+                check: Self.listing
+            )
+            #expect(result.ours.stderr == "dcopy: -r not specified; omitting directory 'd'\n")
+            #expect(result.ours.status == 1)
+            expectSame(result)
+        }
+    }
+
+    @Test func selfCopyIsRefusedWithoutLosingData() throws {
+        try inScratch { scratch in
+            let setup = "head -c 200000 ../rand > f; ln f hard; ln -s f soft; mkdir d; cp f d/f"
+            let result = try both(
+                scratch,
+                setup: setup,
+                "%cp f f; echo $?; %cp f hard; echo $?; %cp f soft; echo $?; %cp d/f d; echo $?; %cp d/f .; echo $?",
+                check: "md5sum f hard soft d/f"
+            )
+            #expect(result.ours.text == "1\n1\n1\n1\n0\n")
+            #expect(result.ours.stderr.contains("dcopy: 'f' and 'f' are the same file\n"))
+            expectSame(result)
+        }
+    }
+
+    @Test func writeErrorOnDevFull() throws {
+        try inScratch { scratch in
+            let result = try both(scratch, "%cp $FIX/text/lines.txt /dev/full")
+            #expect(result.ours.stderr == "dcopy: error writing '/dev/full': No space left on device\n")
+            expectSame(result)
+        }
+    }
+
+    @Test func directoryIntoItselfIsRefused() throws {
+        try inScratch { scratch in
+            // cp copies one level before it notices (d/e/inner/e); dcopy refuses before creating anything.
+            let result = try both(scratch, setup: "mkdir -p d/e", "%cp -r d d/e/inner")
+            #expect(result.ours.stderr == "dcopy: cannot copy a directory, 'd', into itself, 'd/e/inner'\n")
+            expectSame(result)
+        }
+    }
+
+    @Test func unreadableSourceAsUnprivilegedUser() throws {
+        try inScratch { scratch in
+            let drop = isRoot ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : ""
+            let result = try both(
+                scratch,
+                setup: "chmod 777 .; printf s > locked; chmod 000 locked; mkdir ro; chmod 555 ro; printf x > ok",
+                "\(drop) %cp locked out; \(drop) %cp ok ro/x",
+                check: Self.listing
+            )
+            #expect(result.ours.stderr.contains("dcopy: cannot open 'locked' for reading: Permission denied\n"))
+            #expect(result.ours.stderr.contains("dcopy: cannot create regular file 'ro/x': Permission denied\n"))
+            expectSame(result)
+        }
+    }
+
+    @Test func sparseFiveGiBStaysSparse() throws {
+        try inScratch { scratch in
+            let setup =
+                "truncate -s 5368709120 sp; printf HEAD | dd of=sp conv=notrunc 2>/dev/null; "
+                + "printf MIDDLE | dd of=sp bs=1 seek=4300000000 conv=notrunc 2>/dev/null; "
+                + "head -c 1000000 ../rand | dd of=sp bs=1M seek=2000 conv=notrunc 2>/dev/null"
+            let check =
+                "stat -c %s copy; [ $(stat -c %b copy) -lt 8192 ] && echo sparse; "
+                + "dd if=copy bs=1M skip=2000 count=1 2>/dev/null | md5sum; "
+                + "dd if=copy bs=1 skip=4300000000 count=6 2>/dev/null; echo; head -c 4 copy"
+            let result = try both(scratch, setup: setup, "%cp sp copy", check: check)
+            #expect(result.oursCheck.text.hasPrefix("5368709120\nsparse\n"))
+            #expect(result.oursCheck.text.hasSuffix("MIDDLE\nHEAD"))
+            expectSame(result)
+        }
+    }
+
+    @Test func missingOperands() throws {
+        try inScratch { scratch in
+            let ours = try scratch.run("\"$DCOPY\" onlyone")
+            #expect(ours.status == 1)
+            #expect(ours.stderr == "dcopy: missing destination file operand after 'onlyone'\n")
+        }
+    }
+}

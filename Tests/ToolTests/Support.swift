@@ -1,0 +1,98 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What one shell command produced.
+struct Outcome: Equatable, CustomStringConvertible {
+    var status: Int32
+    var stdout: Data
+    var stderr: String
+
+    var text: String { String(decoding: stdout, as: UTF8.self) }
+    var description: String { "status \(status), stdout \(stdout.count) bytes, stderr \(stderr.debugDescription)" }
+}
+
+/// Where the built tools are, and a scratch directory per test.
+enum Tools {
+    /// The directory holding `dcat` and `dcopy`: the test bundle's own build directory, where
+    /// `swift build --build-tests` puts every product.
+    static let binDirectory: String = {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
+        var candidates = [URL(fileURLWithPath: exe).deletingLastPathComponent().path]
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        candidates += ["debug", "release"].map { root.appendingPathComponent(".build/\($0)").path }
+        return candidates.first { FileManager.default.isExecutableFile(atPath: $0 + "/dcopy") } ?? candidates[0]
+    }()
+
+    static var dcat: String { binDirectory + "/dcat" }
+    static var dcopy: String { binDirectory + "/dcopy" }
+
+    /// The checked-in fixtures, with the empty directory git cannot store.
+    static let fixtures: String = {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let path = root.appendingPathComponent("Fixtures").path
+        try? FileManager.default.createDirectory(atPath: path + "/tree/empty", withIntermediateDirectories: true)
+        return path
+    }()
+}
+
+/// A temporary directory, removed by `remove()`.
+struct Scratch {
+    let path: String
+
+    init() throws {
+        var template = Array("/tmp/tooltests.XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw POSIXError(.EIO) }
+        path = String(cString: made)
+        // Readable by the unprivileged user of the permission tests.
+        chmod(path, 0o755)
+    }
+
+    func remove() {
+        try? FileManager.default.removeItem(atPath: path)
+    }
+
+    /// Runs `script` with bash in this directory, with `$DCAT`, `$DCOPY` and `$FIX` set; standard output
+    /// and error go to files, so large outputs cannot fill a pipe and block.
+    func run(_ script: String) throws -> Outcome {
+        let out = path + "/.stdout"
+        let err = path + "/.stderr"
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/bash")
+        process.arguments = ["-c", "exec >\(out) 2>\(err); umask 022; \(script)"]
+        process.currentDirectoryURL = URL(fileURLWithPath: path)
+        var environment = ProcessInfo.processInfo.environment
+        environment["DCAT"] = Tools.dcat
+        environment["DCOPY"] = Tools.dcopy
+        environment["FIX"] = Tools.fixtures
+        environment["LC_ALL"] = "C"
+        process.environment = environment
+        try process.run()
+        process.waitUntilExit()
+        let status =
+            process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
+        let stdout = (try? Data(contentsOf: URL(fileURLWithPath: out))) ?? Data()
+        let stderr = (try? String(contentsOfFile: err, encoding: .utf8)) ?? ""
+        return Outcome(status: status, stdout: stdout, stderr: stderr)
+    }
+}
+
+/// Runs a test body in a fresh scratch directory.
+func inScratch(_ body: (Scratch) throws -> Void) throws {
+    let scratch = try Scratch()
+    defer { scratch.remove() }
+    try body(scratch)
+}
+
+/// The peer's message with its name replaced by ours, for comparing stderr.
+func renamed(_ message: String, from peer: String, to tool: String) -> String {
+    message.replacingOccurrences(of: "\(peer): ", with: "\(tool): ")
+}
+
+/// Whether this process runs as root (permission tests then drop to uid 65534 in the child).
+var isRoot: Bool { geteuid() == 0 }
