@@ -180,3 +180,11 @@ func cleanup(_ promise: Promise<Errno?>) -> @Sendable (Errno?) -> Void {
 func settle(_ engine: IOEngine) async {
     await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in engine.nop { _ in c.resume() } }
 }
+
+/// Byte-for-byte equality, reported as one Boolean: `#expect(a == b)` on megabyte arrays would make the
+/// testing library compute a diff of millions of elements when they differ.
+func sameBytes(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+    guard a.count == b.count else { return false }
+    if a.isEmpty { return true }
+    return a.withUnsafeBytes { x in b.withUnsafeBytes { y in memcmp(x.baseAddress!, y.baseAddress!, a.count) == 0 } }
+}
