@@ -126,8 +126,10 @@ func openDescriptorCount() -> Int {
     return count
 }
 
-/// Checks that a suite leaves as many descriptors open as it found (the suite runs serialized, and the
-/// whole test run with `--no-parallel`, so nothing else opens descriptors meanwhile).
+/// Checks that a suite leaves no more descriptors open than it found (the suite runs serialized, and the
+/// whole test run with `--no-parallel`, so no other test opens descriptors meanwhile). Fewer is not a
+/// leak: a suite that ran before may still be closing its last descriptors asynchronously (a channel's
+/// cleanup, an event source's cancel), and one such close landed inside this suite once (45 → 44).
 struct NoDescriptorLeaks: SuiteTrait, TestScoping {
     var isRecursive: Bool { false }
 
@@ -141,7 +143,7 @@ struct NoDescriptorLeaks: SuiteTrait, TestScoping {
         let before = openDescriptorCount()
         try await function()
         let after = openDescriptorCount()
-        #expect(after == before, "descriptors open before the suite: \(before), after: \(after)")
+        #expect(after <= before, "descriptors open before the suite: \(before), after: \(after)")
     }
 }
 
