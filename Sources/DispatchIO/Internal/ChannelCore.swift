@@ -43,7 +43,7 @@ final class ChannelCore: @unchecked Sendable {
 
     /// Called under the entry's lock when validation is known; returns the prompt cleanup of a failed
     /// channel (B2), to run outside the lock.
-    func validationFinished(failure entryFailure: Errno?) -> (() -> Void)? {
+    func validationFinished() -> (() -> Void)? {
         let entryError = entry.failure(for: type)
         return lock.withLock { () -> (() -> Void)? in
             guard let error = failure ?? entryError, !cleanupSent else { return nil }

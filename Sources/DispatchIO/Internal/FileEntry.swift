@@ -143,7 +143,7 @@ final class FileEntry: @unchecked Sendable {
                     }
                 }
                 validated = true
-                var actions = channels.compactMap { $0.validationFinished(failure: failure) }
+                var actions = channels.compactMap { $0.validationFinished() }
                 actions += pump()
                 return actions
             }
@@ -158,7 +158,7 @@ final class FileEntry: @unchecked Sendable {
         let action = lock.withLock { () -> (() -> Void)? in
             channels.append(channel)
             guard validated else { return nil }
-            return channel.validationFinished(failure: failure)
+            return channel.validationFinished()
         }
         action?()
     }
@@ -170,8 +170,6 @@ final class FileEntry: @unchecked Sendable {
         if type == .random, kind == .pipe || kind == .socket { return .illegalSeek }
         return nil
     }
-
-    var isValidated: Bool { validated }
 
     /// Whether operations or barriers wait to start.
     var hasQueuedItems: Bool { lock.withLock { !items.isEmpty } }

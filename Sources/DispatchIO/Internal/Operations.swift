@@ -113,7 +113,6 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
     private var pending = DispatchDataBuffer()
     private var outstanding = 0
     private var ended = false
-    private var endError: Errno?
     private var reachedEOF = false
     private var streamPositionToRestore: Int64?
     private var timerArmed = false
@@ -211,7 +210,7 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
         for (buffer, size, offset, sequence) in submissions {
             submit(buffer: buffer, size: size, offset: offset, sequence: sequence)
         }
-        if finished { finish() }
+        if finished { reportFinishedIfDone() }
     }
 
     private func submit(buffer: UnsafeMutableRawPointer, size: Int, offset: Int64?, sequence: Int) {
@@ -280,7 +279,6 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
     private func end(error: Errno?) {
         guard !ended else { return }
         ended = true
-        endError = error
         // The position moves past what was read before the final call, which may look at it (B8).
         if let position = streamPositionToRestore {
             lseek(fd, off_t(position) + received, SEEK_SET)
@@ -315,10 +313,6 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
             lock.withLock { outstanding -= count }
             progress()
         }
-    }
-
-    private func finish() {
-        reportFinishedIfDone()
     }
 
     // MARK: Interval (B27)

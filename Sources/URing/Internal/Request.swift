@@ -179,13 +179,11 @@ final class CPath: @unchecked Sendable {
 /// An `iovec` array the engine owns, which a short write advances in place.
 final class IOVector: @unchecked Sendable {
     let base: UnsafeMutablePointer<iovec>
-    private let capacity: Int
     /// Index of the first element not yet fully transferred.
     private(set) var start = 0
 
     init(_ buffers: [UnsafeRawBufferPointer]) {
-        capacity = max(buffers.count, 1)
-        base = .allocate(capacity: capacity)
+        base = .allocate(capacity: max(buffers.count, 1))
         for (index, buffer) in buffers.enumerated() {
             (base + index).initialize(
                 to: iovec(iov_base: UnsafeMutableRawPointer(mutating: buffer.baseAddress), iov_len: buffer.count)
