@@ -102,6 +102,37 @@ struct IOChannelTests {
     }
 
     @Test(arguments: EngineKind.allCases)
+    func lowWaterAboveTheReadAheadStillDeliversEverything(kind: EngineKind) async throws {
+        // 5 MiB is more than the read-ahead holds (4 × 512 KiB): the read must keep asking until the low
+        // water mark or the length is reached, or nothing is ever delivered (it hung once).
+        let bytes = pattern(5 << 20)
+        let path = dir.make("f", bytes)
+        defer { dir.cleanup() }
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let channel = IOChannel(
+            type: .random,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
+        channel.setLimit(lowWater: .max)
+        let exact = Recorder()
+        channel.read(offset: 0, length: 5 << 20, queue: exact.queue, handler: exact.handler)
+        // B24, B16: below the low water mark nothing goes out until the length is read: one call.
+        let exactCalls = await exact.wait()
+        #expect(exactCalls == [Call(done: true, count: 5 << 20, error: nil)])
+        #expect(sameBytes(exact.bytes, bytes))
+        let toEnd = Recorder()
+        channel.read(offset: 0, length: .max, queue: toEnd.queue, handler: toEnd.handler)
+        // B17: to end of file, everything, then the empty final call.
+        let toEndCalls = await toEnd.wait()
+        #expect(toEndCalls == [Call(done: false, count: 5 << 20, error: nil), Call(done: true, count: 0, error: nil)])
+        #expect(sameBytes(toEnd.bytes, bytes))
+        channel.close()
+    }
+
+    @Test(arguments: EngineKind.allCases)
     func zeroLengthOperationsCompleteAtOnce(kind: EngineKind) async throws {
         let path = dir.make("f", pattern(10))
         defer { dir.cleanup() }

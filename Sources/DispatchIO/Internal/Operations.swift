@@ -166,8 +166,14 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
     private var depth: Int { positioned ? IOTuning.readAheadDepth : 1 }
 
     /// Bytes the operation may hold at once: what is in flight, buffered, or in handlers not yet returned.
+    ///
+    /// Nothing is delivered before the low water mark is buffered or the length is read (B24), so the
+    /// budget always has room for the smaller of the two, or the read would stop asking and never deliver
+    /// (a low water mark above the read-ahead, such as `Int.max` for one delivery at the end).
     private var budget: Int {
-        max(depth * pool.size, settings.lowWater == Int.max ? pool.size : settings.lowWater + pool.size)
+        let beforeDelivery = min(max(settings.lowWater, 1), length - (received - pending.count))
+        let (sum, overflow) = beforeDelivery.addingReportingOverflow(pool.size)
+        return max(depth * pool.size, overflow ? Int.max : sum)
     }
 
     override func progress() {
