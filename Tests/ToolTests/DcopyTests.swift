@@ -212,6 +212,24 @@ struct DcopyTests {
         }
     }
 
+    @Test func danglingSymlinkDestinationIsNotWrittenThrough() throws {
+        try inScratch { scratch in
+            // cp: not writing through dangling symlink 'link' (a new file is created with O_EXCL).
+            let result = try both(
+                scratch,
+                setup: "printf s > src; ln -s nowhere link; mkdir d; ln -s ../gone d/src; mkdir -p dir t/dir; "
+                    + "printf f > dir/f; ln -s ../../lost t/dir/f",
+                "%cp -v src link; echo $?; %cp src d; echo $?; %cp -r dir t; echo $?; %cp -r src link; echo $?",
+                check: Self.listing
+            )
+            #expect(result.ours.stderr.contains("dcopy: not writing through dangling symlink 'link'\n"))
+            #expect(result.ours.stderr.contains("dcopy: not writing through dangling symlink 't/dir/f'\n"))
+            #expect(result.ours.text == "'src' -> 'link'\n1\n1\n1\n1\n")
+            #expect(!result.oursCheck.text.contains("./nowhere"))
+            expectSame(result)
+        }
+    }
+
     @Test func sparseFiveGiBStaysSparse() throws {
         try inScratch { scratch in
             let setup =
