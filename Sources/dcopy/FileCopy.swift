@@ -90,6 +90,10 @@ final class FileCopy: @unchecked Sendable {
             lock.withLock { error = "'\(source)' and '\(destination)' are the same file" }
             return end()
         }
+        if let refusal = destinationStatRefusal(existing) {
+            lock.withLock { error = refusal }
+            return end()
+        }
         let existed = if case .success = existing { true } else { false }
         // The source first: cp creates nothing when the source cannot be read.
         engine.openat(path: FilePath(source), flags: O_RDONLY) { [self] result in
@@ -126,6 +130,13 @@ final class FileCopy: @unchecked Sendable {
             }
             copier.queue.async { [self] in begin(info) }
         }
+    }
+
+    /// cp's `cannot stat` when the destination's status failed for a reason other than its absence (a
+    /// non-directory or an unsearchable directory on the way): cp stops there, before opening anything.
+    private func destinationStatRefusal(_ existing: Result<FileStatus, Errno>?) -> String? {
+        guard case .failure(let failure) = existing, failure != .noSuchFileOrDirectory else { return nil }
+        return "cannot stat '\(destination)': \(describe(failure))"
     }
 
     /// cp's refusal when the exclusive create found a name that `stat` did not: a symbolic link to nothing.

@@ -230,6 +230,47 @@ struct DcopyTests {
         }
     }
 
+    @Test func trailingSlashDestinations() throws {
+        try inScratch { scratch in
+            // cp: a destination ending in "/" must be a directory: `cannot create regular file 'new/': Not a
+            // directory`, `cannot stat 'file/': Not a directory`; `-r dir new/` makes new; `file dir//` is
+            // spelled `dir/file`.
+            let result = try both(
+                scratch,
+                setup: "printf s > src; printf e > existing; mkdir dir; printf f > dir/f; ln -s nowhere dangle",
+                "%cp src new/; echo $?; %cp src existing/; echo $?; %cp src existing/x; echo $?; "
+                    + "%cp -r dir existing/; echo $?; %cp src gone/x/; echo $?; %cp dir/f dir/f/; echo $?; "
+                    + "%cp src dangle/; echo $?; %cp -r dir dangle/; echo $?; %cp -rv dir copy/ | sort; "
+                    + "echo ${PIPESTATUS[0]}; %cp -v src dir/; echo $?; %cp -rv dir copy2// | sort; "
+                    + "echo ${PIPESTATUS[0]}; %cp -v existing copy2//; echo $?",
+                check: Self.listing
+            )
+            #expect(result.ours.stderr.contains("dcopy: cannot create regular file 'new/': Not a directory\n"))
+            #expect(result.ours.stderr.contains("dcopy: cannot stat 'existing/': Not a directory\n"))
+            #expect(result.ours.stderr.contains("dcopy: cannot stat 'dir/f/': Not a directory\n"))
+            #expect(result.oursCheck.text.contains("./copy/f file"))
+            #expect(result.oursCheck.text.contains("./copy2/existing file"))
+            expectSame(result)
+        }
+    }
+
+    @Test func unsearchableDestinationDirectoryCannotBeStated() throws {
+        try inScratch { scratch in
+            // cp: cannot stat 'closed/x': Permission denied (before anything is created).
+            let drop = isRoot ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : ""
+            let result = try both(
+                scratch,
+                setup: "chmod 777 .; printf s > src; mkdir dir; mkdir closed; chmod 600 closed",
+                "\(drop) %cp src closed/x; \(drop) %cp -r dir closed/x",
+                check: Self.listing
+            )
+            #expect(
+                result.ours.stderr == String(repeating: "dcopy: cannot stat 'closed/x': Permission denied\n", count: 2)
+            )
+            expectSame(result)
+        }
+    }
+
     @Test func sparseFiveGiBStaysSparse() throws {
         try inScratch { scratch in
             let setup =
