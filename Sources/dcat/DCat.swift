@@ -72,6 +72,8 @@ final class Concatenator: @unchecked Sendable {
     private let positionedOutput: Bool
     /// The descriptor's position at start; the next write's offset relative to it.
     private let outputStart: off_t
+    /// Device and inode of standard output when it is a regular file, for cat's "input file is output file".
+    private let outputFile: (device: dev_t, inode: ino_t)?
     private let outputOffset = Locked<Int64>(0)
     /// One credit per window whose bytes are not yet all written.
     private let credits = WorkSemaphore(value: windows)
@@ -83,6 +85,7 @@ final class Concatenator: @unchecked Sendable {
         if info.st_mode & S_IFMT == S_IFIFO { growPipe(STDOUT_FILENO) }
         positionedOutput = regular && fcntl(STDOUT_FILENO, F_GETFL) & O_APPEND == 0
         outputStart = positionedOutput ? lseek(STDOUT_FILENO, 0, SEEK_CUR) : 0
+        outputFile = regular ? (info.st_dev, info.st_ino) : nil
         let type: IOChannel.StreamType = positionedOutput ? .random : .stream
         output = IOChannel(type: type, fileDescriptor: .standardOutput, queue: queue) { error in
             // Standard output unusable from the start (closed, a directory): cat says "write error".
@@ -131,6 +134,12 @@ final class Concatenator: @unchecked Sendable {
         var info = stat()
         let isRegular = fstat(fd, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
         if info.st_mode & S_IFMT == S_IFIFO { growPipe(fd) }
+        if isRegular && isUnreadOutput(fd, info) {
+            printError("dcat: \(path): input file is output file\n")
+            status.withLock { $0 = 1 }
+            if ownsDescriptor { Glibc.close(fd) }
+            return
+        }
         let closed = WorkSemaphore(value: 0)
         // A regular file is read at offsets, several windows at once; anything else is a stream.
         let input = IOChannel(
@@ -210,6 +219,22 @@ final class Concatenator: @unchecked Sendable {
             reads.wait()
         }
         return (progress.withLock { $0.error }, nil)
+    }
+
+    /// cat's refusal to read standard output's own file where bytes lie ahead of the input's position:
+    /// copying them would append them again and again until the device is full. As cat 9.1 does, the
+    /// size that counts is the one after everything before this input has been written.
+    private func isUnreadOutput(_ fd: CInt, _ info: stat) -> Bool {
+        guard let outputFile, info.st_dev == outputFile.device, info.st_ino == outputFile.inode else {
+            return false
+        }
+        // A stream's writes may still be in flight (a regular file's are done when its copy returns): every
+        // window's credit back means they are done.
+        for _ in 0..<windows { credits.wait() }
+        for _ in 0..<windows { credits.signal() }
+        var current = stat()
+        guard fstat(fd, &current) == 0 else { return false }
+        return lseek(fd, 0, SEEK_CUR) < current.st_size
     }
 
     /// Reads one window from `input` and writes each piece to standard output; the window's credit comes

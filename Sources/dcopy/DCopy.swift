@@ -170,6 +170,7 @@ final class Copier: @unchecked Sendable {
             announce(source, destination)
             if options.preserve { setMetadata(path: destination, info: info, isLink: false) }
         default:
+            if destination.hasSuffix("/") { return refuseFile(source, toSlashed: destination) }
             startFile(source, to: destination)
         }
     }
@@ -185,6 +186,11 @@ final class Copier: @unchecked Sendable {
                 fail("cannot overwrite non-directory '\(destination)' with directory '\(source)'")
                 return
             }
+        } else if errno != ENOENT {
+            // Only a missing name is made; a path through a non-directory or an unsearchable one is cp's
+            // `cannot stat`, not a failed mkdir.
+            fail("cannot stat '\(destination)'", Errno(rawValue: errno))
+            return
         } else {
             // cp creates the directory writable by its owner while it fills it, then gives it its mode.
             if mkdir(destination, (info.st_mode & 0o777) | S_IRWXU) != 0 {
@@ -243,6 +249,35 @@ final class Copier: @unchecked Sendable {
         if options.preserve { setMetadata(path: destination, info: info, isLink: true) }
     }
 
+    /// A file cannot be written at a path ending in "/", and the ring would not see the slash (a `FilePath`
+    /// drops it: `x/` is `x`), so this copy's outcome is settled here with plain calls, in cp's order and
+    /// words: the destination's `stat`, the source's `open`, then the create, which fails.
+    private func refuseFile(_ source: String, toSlashed destination: String) {
+        var existing = stat()
+        if stat(destination, &existing) == 0 {
+            fail("cannot overwrite directory '\(destination)' with non-directory")
+            return
+        }
+        if errno != ENOENT {
+            fail("cannot stat '\(destination)'", Errno(rawValue: errno))
+            return
+        }
+        announce(source, destination)
+        // Only whether the source could be read matters: a FIFO must not block this open.
+        let fd = open(source, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        if fd < 0 {
+            fail("cannot open '\(source)' for reading", Errno(rawValue: errno))
+            return
+        }
+        close(fd)
+        // The create fails (a missing directory on the way, or EISDIR for the name itself, which cp reports
+        // as ENOTDIR); Linux never makes a file whose name ends in "/".
+        let created = open(destination, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        let failure = created < 0 && errno != EISDIR ? Errno(rawValue: errno) : .notDirectory
+        if created >= 0 { close(created) }
+        fail("cannot create regular file '\(destination)'", failure)
+    }
+
     /// Starts a file copy once one of the ``Limits/files`` slots is free.
     private func startFile(_ source: String, to destination: String) {
         slots.wait()
@@ -270,8 +305,12 @@ final class Copier: @unchecked Sendable {
 
     // MARK: Paths
 
+    /// `directory/name` spelled as cp's `file_name_concat` does, so that `-v` lines and messages match:
+    /// the directory's trailing slashes are dropped (`dir//` and `f` give `dir/f`), a root's are kept.
     static func join(_ directory: String, _ name: String) -> String {
-        directory.hasSuffix("/") ? directory + name : directory + "/" + name
+        guard directory.hasSuffix("/") else { return directory + "/" + name }
+        guard let last = directory.lastIndex(where: { $0 != "/" }) else { return directory + name }
+        return directory[...last] + "/" + name
     }
 
     static func basename(_ path: String) -> String {

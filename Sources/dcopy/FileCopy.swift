@@ -90,6 +90,10 @@ final class FileCopy: @unchecked Sendable {
             lock.withLock { error = "'\(source)' and '\(destination)' are the same file" }
             return end()
         }
+        if let refusal = destinationStatRefusal(existing) {
+            lock.withLock { error = refusal }
+            return end()
+        }
         let existed = if case .success = existing { true } else { false }
         // The source first: cp creates nothing when the source cannot be read.
         engine.openat(path: FilePath(source), flags: O_RDONLY) { [self] result in
@@ -109,10 +113,13 @@ final class FileCopy: @unchecked Sendable {
     private func openDestination(_ info: FileStatus, existed: Bool) {
         // A new file gets the source's permission bits less the umask (the kernel applies it), as with cp.
         let permissions = FilePermissions(rawValue: CModeT(info.mode & 0o777))
-        let flags = O_WRONLY | O_CREAT | O_TRUNC
+        // A new file is made with O_EXCL, as cp does, so that a dangling symbolic link is not written through.
+        let flags = O_WRONLY | O_CREAT | O_TRUNC | (existed ? 0 : O_EXCL)
         engine.openat(path: FilePath(destination), flags: flags, permissions: permissions) { [self] result in
             lock.withLock {
-                if let failure = result.error {
+                if let failure = result.error, let refusal = danglingLinkRefusal(failure, existed: existed) {
+                    error = refusal
+                } else if let failure = result.error {
                     let what =
                         existed
                         ? "cannot open '\(destination)' for writing" : "cannot create regular file '\(destination)'"
@@ -123,6 +130,20 @@ final class FileCopy: @unchecked Sendable {
             }
             copier.queue.async { [self] in begin(info) }
         }
+    }
+
+    /// cp's `cannot stat` when the destination's status failed for a reason other than its absence (a
+    /// non-directory or an unsearchable directory on the way): cp stops there, before opening anything.
+    private func destinationStatRefusal(_ existing: Result<FileStatus, Errno>?) -> String? {
+        guard case .failure(let failure) = existing, failure != .noSuchFileOrDirectory else { return nil }
+        return "cannot stat '\(destination)': \(describe(failure))"
+    }
+
+    /// cp's refusal when the exclusive create found a name that `stat` did not: a symbolic link to nothing.
+    private func danglingLinkRefusal(_ failure: Errno, existed: Bool) -> String? {
+        var byte: CChar = 0
+        guard failure == .fileExists, !existed, readlink(destination, &byte, 1) >= 0 else { return nil }
+        return "not writing through dangling symlink '\(destination)'"
     }
 
     private func begin(_ info: FileStatus) {

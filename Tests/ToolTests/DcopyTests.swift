@@ -212,6 +212,65 @@ struct DcopyTests {
         }
     }
 
+    @Test func danglingSymlinkDestinationIsNotWrittenThrough() throws {
+        try inScratch { scratch in
+            // cp: not writing through dangling symlink 'link' (a new file is created with O_EXCL).
+            let result = try both(
+                scratch,
+                setup: "printf s > src; ln -s nowhere link; mkdir d; ln -s ../gone d/src; mkdir -p dir t/dir; "
+                    + "printf f > dir/f; ln -s ../../lost t/dir/f",
+                "%cp -v src link; echo $?; %cp src d; echo $?; %cp -r dir t; echo $?; %cp -r src link; echo $?",
+                check: Self.listing
+            )
+            #expect(result.ours.stderr.contains("dcopy: not writing through dangling symlink 'link'\n"))
+            #expect(result.ours.stderr.contains("dcopy: not writing through dangling symlink 't/dir/f'\n"))
+            #expect(result.ours.text == "'src' -> 'link'\n1\n1\n1\n1\n")
+            #expect(!result.oursCheck.text.contains("./nowhere"))
+            expectSame(result)
+        }
+    }
+
+    @Test func trailingSlashDestinations() throws {
+        try inScratch { scratch in
+            // cp: a destination ending in "/" must be a directory: `cannot create regular file 'new/': Not a
+            // directory`, `cannot stat 'file/': Not a directory`; `-r dir new/` makes new; `file dir//` is
+            // spelled `dir/file`.
+            let result = try both(
+                scratch,
+                setup: "printf s > src; printf e > existing; mkdir dir; printf f > dir/f; ln -s nowhere dangle",
+                "%cp src new/; echo $?; %cp src existing/; echo $?; %cp src existing/x; echo $?; "
+                    + "%cp -r dir existing/; echo $?; %cp src gone/x/; echo $?; %cp dir/f dir/f/; echo $?; "
+                    + "%cp src dangle/; echo $?; %cp -r dir dangle/; echo $?; %cp -rv dir copy/ | sort; "
+                    + "echo ${PIPESTATUS[0]}; %cp -v src dir/; echo $?; %cp -rv dir copy2// | sort; "
+                    + "echo ${PIPESTATUS[0]}; %cp -v existing copy2//; echo $?",
+                check: Self.listing
+            )
+            #expect(result.ours.stderr.contains("dcopy: cannot create regular file 'new/': Not a directory\n"))
+            #expect(result.ours.stderr.contains("dcopy: cannot stat 'existing/': Not a directory\n"))
+            #expect(result.ours.stderr.contains("dcopy: cannot stat 'dir/f/': Not a directory\n"))
+            #expect(result.oursCheck.text.contains("./copy/f file"))
+            #expect(result.oursCheck.text.contains("./copy2/existing file"))
+            expectSame(result)
+        }
+    }
+
+    @Test func unsearchableDestinationDirectoryCannotBeStated() throws {
+        try inScratch { scratch in
+            // cp: cannot stat 'closed/x': Permission denied (before anything is created).
+            let drop = isRoot ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : ""
+            let result = try both(
+                scratch,
+                setup: "chmod 777 .; printf s > src; mkdir dir; mkdir closed; chmod 600 closed",
+                "\(drop) %cp src closed/x; \(drop) %cp -r dir closed/x",
+                check: Self.listing
+            )
+            #expect(
+                result.ours.stderr == String(repeating: "dcopy: cannot stat 'closed/x': Permission denied\n", count: 2)
+            )
+            expectSame(result)
+        }
+    }
+
     @Test func sparseFiveGiBStaysSparse() throws {
         try inScratch { scratch in
             let setup =
