@@ -144,7 +144,8 @@ final class Copier: @unchecked Sendable {
     // MARK: Walking
 
     /// Copies one source (a file, a directory with `-r`, a symbolic link with `-r`) to `destination`.
-    private func copy(_ source: String, to destination: String, topLevel: Bool) {
+    /// `destinationIsNew`: the destination's directory was made by this run, so nothing is there yet.
+    private func copy(_ source: String, to destination: String, topLevel: Bool, destinationIsNew: Bool = false) {
         var info = stat()
         // With -r, links are copied as links (cp's -P default for -R); without it they are followed.
         let rc = options.recursive ? lstat(source, &info) : stat(source, &info)
@@ -171,7 +172,7 @@ final class Copier: @unchecked Sendable {
             if options.preserve { setMetadata(path: destination, info: info, isLink: false) }
         default:
             if destination.hasSuffix("/") { return refuseFile(source, toSlashed: destination) }
-            startFile(source, to: destination)
+            startFile(source, to: destination, destinationIsNew: destinationIsNew)
         }
     }
 
@@ -181,6 +182,7 @@ final class Copier: @unchecked Sendable {
             return
         }
         var existing = stat()
+        var made = false
         if lstat(destination, &existing) == 0 {
             if existing.st_mode & S_IFMT != S_IFDIR {
                 fail("cannot overwrite non-directory '\(destination)' with directory '\(source)'")
@@ -197,6 +199,7 @@ final class Copier: @unchecked Sendable {
                 fail("cannot create directory '\(destination)'", Errno(rawValue: errno))
                 return
             }
+            made = true
             announce(source, destination)
             if !options.preserve && info.st_mode & S_IRWXU != S_IRWXU {
                 let mask = umask(0)
@@ -208,16 +211,24 @@ final class Copier: @unchecked Sendable {
             fail("cannot access '\(source)'", Errno(rawValue: errno))
             return
         }
-        var names: [String] = []
+        var entries: [(name: String, isRegular: Bool)] = []
         while let entry = readdir(directory) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
                 String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
             }
-            if name != "." && name != ".." { names.append(name) }
+            if name != "." && name != ".." { entries.append((name, entry.pointee.d_type == DT_REG)) }
         }
         closedir(directory)
-        for name in names {
-            copy(Self.join(source, name), to: Self.join(destination, name), topLevel: false)
+        for (name, isRegular) in entries {
+            let from = Self.join(source, name)
+            let to = Self.join(destination, name)
+            if isRegular {
+                // The directory entry already says it is a regular file, and the copy takes its status
+                // through the ring: no lstat here (a file replaced meanwhile is copied as what it is now).
+                startFile(from, to: to, destinationIsNew: made)
+            } else {
+                copy(from, to: to, topLevel: false, destinationIsNew: made)
+            }
         }
         if options.preserve { directoriesToFinish.append((destination, info)) }
     }
@@ -279,12 +290,13 @@ final class Copier: @unchecked Sendable {
     }
 
     /// Starts a file copy once one of the ``Limits/files`` slots is free.
-    private func startFile(_ source: String, to destination: String) {
+    private func startFile(_ source: String, to destination: String, destinationIsNew: Bool) {
         slots.wait()
         running.enter()
         // Announced in walking order, as cp does, although the copies overlap.
         announce(source, destination)
-        FileCopy(copier: self, source: source, destination: destination) { [slots, running] in
+        FileCopy(copier: self, source: source, destination: destination, destinationIsNew: destinationIsNew) {
+            [slots, running] in
             slots.signal()
             running.leave()
         }.start()

@@ -50,16 +50,42 @@ final class FileCopy: @unchecked Sendable {
     private var error: String?
     private var finishing = false
 
-    init(copier: Copier, source: String, destination: String, completion: @escaping @Sendable () -> Void) {
+    /// The destination's directory was made by this run, so nothing can be at the destination yet: its
+    /// `statx` is skipped, as cp skips its `stat` there (the exclusive create still catches a race).
+    private let destinationIsNew: Bool
+
+    init(
+        copier: Copier,
+        source: String,
+        destination: String,
+        destinationIsNew: Bool = false,
+        completion: @escaping @Sendable () -> Void
+    ) {
         self.copier = copier
         self.source = source
         self.destination = destination
+        self.destinationIsNew = destinationIsNew
         self.completion = completion
     }
 
     // MARK: Opening
 
     func start() {
+        if destinationIsNew {
+            lock.withLock { destinationInfo = .failure(.noSuchFileOrDirectory) }
+            // The source's status is all there is to wait for: open from its completion, without a hop
+            // through the queue (submitting to the ring does not block).
+            engine.stat(path: FilePath(source)) { [self] result in
+                lock.withLock {
+                    switch result {
+                    case .success(let info): sourceInfo = info
+                    case .failure(let error): self.error = "cannot stat '\(source)': \(describe(error))"
+                    }
+                }
+                open()
+            }
+            return
+        }
         let joined = WorkGroup()
         joined.enter()
         joined.enter()
@@ -79,20 +105,21 @@ final class FileCopy: @unchecked Sendable {
         joined.notify(queue: copier.queue) { [self] in open() }
     }
 
+    /// Runs on the queue or on the ring thread (a completion): anything but a submission goes to the queue.
     private func open() {
         let (info, existing, failure) = lock.withLock { (sourceInfo, destinationInfo, error) }
-        guard let info, failure == nil else { return end() }
+        guard let info, failure == nil else { return copier.queue.async { [self] in end() } }
         if case .success(let other) = existing, other.inode == info.inode,
             other.deviceMajor == info.deviceMajor, other.deviceMinor == info.deviceMinor
         {
             // The same file by another name (a hard link, a symbolic link, the same path): truncating the
             // destination would destroy the source, so cp refuses before opening anything.
             lock.withLock { error = "'\(source)' and '\(destination)' are the same file" }
-            return end()
+            return copier.queue.async { [self] in end() }
         }
         if let refusal = destinationStatRefusal(existing) {
             lock.withLock { error = refusal }
-            return end()
+            return copier.queue.async { [self] in end() }
         }
         let existed = if case .success = existing { true } else { false }
         // The source first: cp creates nothing when the source cannot be read.
