@@ -49,6 +49,8 @@ final class FileCopy: @unchecked Sendable {
     private var waitingForBudget = false
     private var error: String?
     private var finishing = false
+    /// The destination was made by the exclusive create, so it is a regular file.
+    private var createdDestination = false
 
     /// The destination's directory was made by this run, so nothing can be at the destination yet: its
     /// `statx` is skipped, as cp skips its `stat` there (the exclusive create still catches a race).
@@ -153,6 +155,7 @@ final class FileCopy: @unchecked Sendable {
                     error = "\(what): \(describe(failure))"
                 } else {
                     destinationFD = CInt(result.result)
+                    createdDestination = !existed
                 }
             }
             copier.queue.async { [self] in begin(info) }
@@ -178,7 +181,9 @@ final class FileCopy: @unchecked Sendable {
         guard canRun else { return end() }
         seekable = info.isRegularFile
         var status = stat()
-        positionedOutput = fstat(destinationFD, &status) == 0 && status.st_mode & S_IFMT == S_IFREG
+        // A file this copy created is regular; an existing destination may be a device or a FIFO.
+        positionedOutput =
+            createdDestination || fstat(destinationFD, &status) == 0 && status.st_mode & S_IFMT == S_IFREG
         if seekable && info.size > 0 {
             size = info.size
             // Fewer blocks than the size needs means holes: copy only the data extents.
@@ -351,11 +356,20 @@ final class FileCopy: @unchecked Sendable {
             self.output = nil
         }
         if let failure { copier.fail(failure) }
-        let closes = WorkGroup()
-        for fd in [sourceFD, destinationFD] where fd >= 0 {
-            closes.enter()
-            engine.close(fd) { _ in closes.leave() }
+        // The completion only frees a slot (a semaphore signal and a group leave), so it runs straight from
+        // the last close's completion instead of taking a hop through the queue.
+        let descriptors = [sourceFD, destinationFD].filter { $0 >= 0 }
+        guard !descriptors.isEmpty else { return completion() }
+        let remaining = Locked(descriptors.count)
+        for fd in descriptors {
+            engine.close(fd) { [completion] _ in
+                if remaining.withLock({ count in
+                    count -= 1
+                    return count == 0
+                }) {
+                    completion()
+                }
+            }
         }
-        closes.notify(queue: copier.queue) { [completion] in completion() }
     }
 }

@@ -97,7 +97,7 @@ final class FileEntry: @unchecked Sendable {
             }
             let entry = FileEntry(engine: engine, fd: fd, source: .descriptor)
             entries[fd] = entry
-            entry.validateDescriptor()
+            entry.validateDescriptor(identity == nil ? nil : st)
             return entry
         }
     }
@@ -111,9 +111,10 @@ final class FileEntry: @unchecked Sendable {
 
     /// `fstat` does not wait on anything, so descriptors are validated at once; failures are still
     /// reported asynchronously, through cleanup handlers and operations (B2).
-    private func validateDescriptor() {
-        var st = stat()
-        if fstat(fd, &st) != 0 {
+    /// `status`: the descriptor's `fstat`, already taken by the caller; nil when it failed.
+    private func validateDescriptor(_ status: stat?) {
+        var st = status ?? stat()
+        if status == nil, fstat(fd, &st) != 0 {
             failure = Errno(rawValue: errno)
         } else {
             identity = FileIdentity(device: st.st_dev, inode: st.st_ino)
