@@ -152,7 +152,7 @@ final class Concatenator: @unchecked Sendable {
             if ownsDescriptor { Glibc.close(fd) }
             closed.signal()
         }
-        let error = isRegular ? copyFile(input) : copyStream(input)
+        let error = isRegular ? copyFile(input, size: Int64(info.st_size)) : copyStream(input)
         if isRegular && !ownsDescriptor, let end = error.end {
             // Standard input is left where cat leaves it: after what was read.
             lseek(fd, end, SEEK_CUR)
@@ -172,10 +172,10 @@ final class Concatenator: @unchecked Sendable {
     /// the ones in front of it. The next window is issued from the handler that frees a slot, so the main
     /// thread only waits for the end. Returns the error that ended the file, if any, and how many bytes of
     /// it were written.
-    private func copyFile(_ input: IOChannel) -> (failure: Errno?, end: off_t?) {
+    private func copyFile(_ input: IOChannel, size: Int64) -> (failure: Errno?, end: off_t?) {
         // One delivery per window: the whole window, as the read's final call.
         input.setLimit(lowWater: Int.max)
-        let file = FileWindows(input: input, concatenator: self)
+        let file = FileWindows(input: input, size: size, concatenator: self)
         file.start()
         file.finished.wait()
         return file.state.withLock { ($0.failure, off_t($0.bytes)) }
@@ -334,8 +334,14 @@ final class FileWindows: Sendable {
     private let input: IOChannel
     private let concatenator: Concatenator
 
-    init(input: IOChannel, concatenator: Concatenator) {
+    /// The window holding the end of file by the size at the start: windows past it are issued only once
+    /// every window before them came back full (a file that grew, a /proc file whose size says 0), so a
+    /// small file costs one read operation, not ``windows``.
+    private let lastExpected: Int
+
+    init(input: IOChannel, size: Int64, concatenator: Concatenator) {
         self.input = input
+        self.lastExpected = Int(max(size, 0) / Int64(window))
         self.concatenator = concatenator
     }
 
@@ -344,7 +350,8 @@ final class FileWindows: Sendable {
     /// Issues windows while there are free slots and the end is not known.
     private func issue() {
         let indexes = state.withLock { state -> Range<Int> in
-            let count = state.ended ? 0 : windows - state.inFlight
+            let limit = max(lastExpected, state.nextToWrite) + 1
+            let count = state.ended ? 0 : max(0, min(windows - state.inFlight, limit - state.nextToRead))
             defer {
                 state.inFlight += count
                 state.nextToRead += count
