@@ -235,13 +235,21 @@ final class FileEntry: @unchecked Sendable {
             return actions
         }
         if opening { return actions }
-        var busyLanes = Set<Int>(running.compactMap { $0.lane })
+        // Lanes are 0, 1 and 2 (see `IOOperation.lane`): a bit mask, not a set, since this runs several
+        // times per operation.
+        var busyLanes = 0
+        for operation in running {
+            if let lane = operation.lane { busyLanes |= 1 << lane }
+        }
         var index = 0
         while index < items.count {
             if barrierRunning { break }
             switch items[index] {
             case .barrier(let queue, let block):
-                guard running.isEmpty && index == 0 else { return actions + teardownIfIdle() }
+                guard running.isEmpty && index == 0 else {
+                    appendTeardownIfIdle(to: &actions)
+                    return actions
+                }
                 items.remove(at: 0)
                 barrierRunning = true
                 actions.append { [self] in
@@ -256,12 +264,12 @@ final class FileEntry: @unchecked Sendable {
                 }
                 return actions
             case .operation(let op):
-                if let lane = op.lane, busyLanes.contains(lane) {
+                if let lane = op.lane, busyLanes & (1 << lane) != 0 {
                     index += 1
                     continue
                 }
                 items.remove(at: index)
-                if let lane = op.lane { busyLanes.insert(lane) }
+                if let lane = op.lane { busyLanes |= 1 << lane }
                 if let error = op.channel.operationFailure ?? openFailure {
                     actions.append { op.fail(error) }
                 } else {
@@ -270,7 +278,8 @@ final class FileEntry: @unchecked Sendable {
                 }
             }
         }
-        return actions + teardownIfIdle()
+        appendTeardownIfIdle(to: &actions)
+        return actions
     }
 
     private func openPath() {
@@ -294,26 +303,24 @@ final class FileEntry: @unchecked Sendable {
 
     /// When every channel is closed and nothing runs or waits, the entry goes: a path's descriptor is
     /// closed first (B43), then every channel's cleanup handler is queued (B4). Lock held.
-    private func teardownIfIdle() -> [() -> Void] {
+    private func appendTeardownIfIdle(to actions: inout [() -> Void]) {
         guard !tornDown, items.isEmpty, running.isEmpty, !barrierRunning, !opening,
             !channels.isEmpty, channels.allSatisfy(\.isClosed)
-        else { return [] }
+        else { return }
         tornDown = true
         let channels = self.channels
         self.channels = []
         let fd = self.fd
         let closesDescriptor: Bool
         if case .path = source { closesDescriptor = fd >= 0 } else { closesDescriptor = false }
-        return [
-            { [self] in
-                if case .descriptor = source {
-                    FileEntry.registry.withLock { entries in
-                        if entries[fd] === self { entries[fd] = nil }
-                    }
+        actions.append { [self] in
+            if case .descriptor = source {
+                FileEntry.registry.withLock { entries in
+                    if entries[fd] === self { entries[fd] = nil }
                 }
-                if closesDescriptor { Glibc.close(fd) }
-                for channel in channels { channel.runCleanup() }
             }
-        ]
+            if closesDescriptor { Glibc.close(fd) }
+            for channel in channels { channel.runCleanup() }
+        }
     }
 }

@@ -141,7 +141,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     private func poolLoop() {
         while true {
             lock.lock()
-            while runQueue.isEmpty && !stopping { pthread_cond_wait(workAvailable, lock.mutex) }
+            while runQueue.isEmpty && !stopping { lock.wait(on: workAvailable) }
             guard !stopping, let request = runQueue.pop() else {
                 lock.unlock()
                 return
