@@ -89,7 +89,9 @@ public final class WorkQueue: @unchecked Sendable {
     /// The label given at creation; `""` if none (SEMANTICS C15).
     public let label: String
     let kind: Kind
-    let isSerial: Bool
+    /// Serial queues run one block at a time, in order (the main queue included); concurrent and global
+    /// queues do not. The I/O layer delivers straight onto a serial queue, which keeps order by itself.
+    package let isSerial: Bool
     let isCustom: Bool
 
     // Guarded by `lock`.

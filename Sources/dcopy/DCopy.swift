@@ -70,7 +70,22 @@ enum Limits {
 final class Copier: @unchecked Sendable {
     let options: Options
     let engine = IOEngine.shared
-    let queue = WorkQueue(label: "dcopy", attributes: .concurrent)
+    /// Where files' completions run: one serial queue per core, a file on one of them. Serial queues take
+    /// the channels' handlers directly (a concurrent queue needs a private serial queue per operation to
+    /// keep its handlers in order), and a file's steps never run at once anyway.
+    private let queues: [WorkQueue] = (0..<max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))).map { _ in
+        WorkQueue(label: "dcopy")
+    }
+    private let nextQueue = Locked(0)
+
+    /// The queue for the next file, round robin.
+    func queueForNextFile() -> WorkQueue {
+        let index = nextQueue.withLock { next in
+            defer { next = (next + 1) % queues.count }
+            return next
+        }
+        return queues[index]
+    }
     let budget = ChunkBudget(Limits.chunks)
     private let slots = WorkSemaphore(value: Limits.files)
     private let running = WorkGroup()

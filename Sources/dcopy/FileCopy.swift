@@ -24,6 +24,8 @@ final class FileCopy: @unchecked Sendable {
     private let source: String
     private let destination: String
     private let completion: @Sendable () -> Void
+    /// Where this file's completions and channel handlers run (serial).
+    private let queue: WorkQueue
     private var engine: IOEngine { copier.engine }
 
     private let lock = Lock()
@@ -68,6 +70,7 @@ final class FileCopy: @unchecked Sendable {
         self.destination = destination
         self.destinationIsNew = destinationIsNew
         self.completion = completion
+        self.queue = copier.queueForNextFile()
     }
 
     // MARK: Opening
@@ -104,24 +107,24 @@ final class FileCopy: @unchecked Sendable {
             lock.withLock { destinationInfo = result }
             joined.leave()
         }
-        joined.notify(queue: copier.queue) { [self] in open() }
+        joined.notify(queue: queue) { [self] in open() }
     }
 
     /// Runs on the queue or on the ring thread (a completion): anything but a submission goes to the queue.
     private func open() {
         let (info, existing, failure) = lock.withLock { (sourceInfo, destinationInfo, error) }
-        guard let info, failure == nil else { return copier.queue.async { [self] in end() } }
+        guard let info, failure == nil else { return queue.async { [self] in end() } }
         if case .success(let other) = existing, other.inode == info.inode,
             other.deviceMajor == info.deviceMajor, other.deviceMinor == info.deviceMinor
         {
             // The same file by another name (a hard link, a symbolic link, the same path): truncating the
             // destination would destroy the source, so cp refuses before opening anything.
             lock.withLock { error = "'\(source)' and '\(destination)' are the same file" }
-            return copier.queue.async { [self] in end() }
+            return queue.async { [self] in end() }
         }
         if let refusal = destinationStatRefusal(existing) {
             lock.withLock { error = refusal }
-            return copier.queue.async { [self] in end() }
+            return queue.async { [self] in end() }
         }
         let existed = if case .success = existing { true } else { false }
         // The source first: cp creates nothing when the source cannot be read.
@@ -134,7 +137,7 @@ final class FileCopy: @unchecked Sendable {
                 sourceFD = CInt(result.result)
                 return true
             }
-            guard opened else { return copier.queue.async { [self] in end() } }
+            guard opened else { return queue.async { [self] in end() } }
             openDestination(info, existed: existed)
         }
     }
@@ -158,7 +161,7 @@ final class FileCopy: @unchecked Sendable {
                     createdDestination = !existed
                 }
             }
-            copier.queue.async { [self] in begin(info) }
+            queue.async { [self] in begin(info) }
         }
     }
 
@@ -189,7 +192,6 @@ final class FileCopy: @unchecked Sendable {
             // Fewer blocks than the size needs means holes: copy only the data extents.
             sparse = positionedOutput && Int64(info.blocks) * 512 < info.size
         }
-        let queue = copier.queue
         input = IOChannel(
             type: seekable ? .random : .stream,
             fileDescriptor: FileDescriptor(rawValue: sourceFD),
@@ -261,7 +263,7 @@ final class FileCopy: @unchecked Sendable {
 
     /// A chunk of the budget was handed to this file: use it for the next read, or hand it on.
     private func wake() {
-        copier.queue.async { [self] in
+        queue.async { [self] in
             var chunk: (offset: Int64, length: Int)?
             lock.withLock {
                 waitingForBudget = false
@@ -284,7 +286,7 @@ final class FileCopy: @unchecked Sendable {
     private func read(offset: Int64, length: Int) {
         guard let input, let output else { return }
         let collected = Locked(DispatchDataBuffer())
-        input.read(offset: offset, length: length, queue: copier.queue) { [self] done, data, failure in
+        input.read(offset: offset, length: length, queue: queue) { [self] done, data, failure in
             if let data { collected.withLock { $0.append(data) } }
             guard done else { return }
             if let failure {
@@ -300,7 +302,7 @@ final class FileCopy: @unchecked Sendable {
                 }
             }
             guard !data.isEmpty else { return chunkDone(error: nil) }
-            output.write(offset: offset, data: data, queue: copier.queue) { [self] done, _, failure in
+            output.write(offset: offset, data: data, queue: queue) { [self] done, _, failure in
                 guard done else { return }
                 copier.meter?.add(data.count)
                 chunkDone(error: failure.map { "error writing '\(destination)': \(describe($0))" })
