@@ -77,7 +77,8 @@ final class Concatenator: @unchecked Sendable {
     /// Device and inode of standard output when it is a regular file, for cat's "input file is output file".
     private let outputFile: (device: dev_t, inode: ino_t)?
     private let outputOffset = Locked<Int64>(0)
-    /// One credit per window whose bytes are not yet all written.
+    /// One credit per stream window whose bytes are not yet all written (a regular file's windows are
+    /// counted by its ``FileWindows``, and all written when its copy returns).
     private let credits = WorkSemaphore(value: windows)
     private let status = Locked<Int32>(0)
 
