@@ -84,7 +84,7 @@ struct IOChannelScenarioTests {
         let calls = await recorder.wait()
         #expect(calls.last == Call(done: true, count: nil, error: .canceled))
         #expect(recorder.bytes.count < bytes.count)
-        #expect(sameBytes(recorder.bytes, Array(bytes.prefix(recorder.bytes.count))))
+        expectSameBytes(recorder.bytes, Array(bytes.prefix(recorder.bytes.count)))
         let cleanupError = await cleaned.get()
         #expect(cleanupError == nil)
     }
@@ -129,7 +129,7 @@ struct IOChannelScenarioTests {
         reader.close()
         writer.close()
         let copy = try #require(readWholeFile(dir.file("target")))
-        #expect(sameBytes(copy, bytes))
+        expectSameBytes(copy, bytes)
     }
 
     /// The same pattern on one stream channel of one file: the writes queue behind the read on the file's
@@ -169,7 +169,7 @@ struct IOChannelScenarioTests {
         channel.close()
         let result = try #require(readWholeFile(path))
         #expect(result.count == 2 * bytes.count)
-        #expect(sameBytes(Array(result[bytes.count...]), bytes))
+        expectSameBytes(Array(result[bytes.count...]), bytes)
     }
 
     /// B42 with a real EACCES: as an unprivileged user (a child process that drops root), a path channel

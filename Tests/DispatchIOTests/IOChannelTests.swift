@@ -35,7 +35,7 @@ struct IOChannelTests {
         // B16: exactly one call, carrying every byte.
         let recorderCalls = await recorder.wait()
         #expect(recorderCalls == [Call(done: true, count: 100_000, error: nil)])
-        #expect(sameBytes(recorder.bytes, bytes))
+        expectSameBytes(recorder.bytes, bytes)
         channel.close()
         let cleanedValue = await cleaned.get()
         #expect(cleanedValue == nil)  // B4
@@ -61,7 +61,7 @@ struct IOChannelTests {
         #expect(
             recorderCalls == [Call(done: false, count: 100_000, error: nil), Call(done: true, count: 0, error: nil)]
         )
-        #expect(sameBytes(recorder.bytes, bytes))
+        expectSameBytes(recorder.bytes, bytes)
         #expect(lseek(fd.rawValue, 0, SEEK_CUR) == 100_000)  // B8: the position advanced
         channel.close()
     }
@@ -90,14 +90,14 @@ struct IOChannelTests {
                 Call(done: true, count: 20_000, error: nil),
             ]
         )
-        #expect(sameBytes(recorder.bytes, bytes))
+        expectSameBytes(recorder.bytes, bytes)
         // B22: high water alone lowers the default low water mark too.
         channel.setLimit(highWater: 16384)
         let second = Recorder()
         channel.read(offset: 0, length: .max, queue: second.queue, handler: second.handler)
         let calls = await second.wait()
         #expect(calls.dropLast().allSatisfy { !$0.done && $0.count! <= 16384 && $0.count! > 0 })
-        #expect(sameBytes(second.bytes, bytes))
+        expectSameBytes(second.bytes, bytes)
         channel.close()
     }
 
@@ -122,13 +122,13 @@ struct IOChannelTests {
         // B24, B16: below the low water mark nothing goes out until the length is read: one call.
         let exactCalls = await exact.wait()
         #expect(exactCalls == [Call(done: true, count: 5 << 20, error: nil)])
-        #expect(sameBytes(exact.bytes, bytes))
+        expectSameBytes(exact.bytes, bytes)
         let toEnd = Recorder()
         channel.read(offset: 0, length: .max, queue: toEnd.queue, handler: toEnd.handler)
         // B17: to end of file, everything, then the empty final call.
         let toEndCalls = await toEnd.wait()
         #expect(toEndCalls == [Call(done: false, count: 5 << 20, error: nil), Call(done: true, count: 0, error: nil)])
-        #expect(sameBytes(toEnd.bytes, bytes))
+        expectSameBytes(toEnd.bytes, bytes)
         channel.close()
     }
 
@@ -280,7 +280,7 @@ struct IOChannelTests {
         lseek(fd.rawValue, 0, SEEK_SET)
         channel.read(offset: 0, length: .max, queue: readBack.queue, handler: readBack.handler)
         _ = await readBack.wait()
-        #expect(sameBytes(readBack.bytes, bytes))
+        expectSameBytes(readBack.bytes, bytes)
         channel.close()
     }
 
@@ -415,7 +415,7 @@ struct IOChannelTests {
         let read = Recorder()
         channel.read(offset: 1000, length: .max, queue: read.queue, handler: read.handler)
         _ = await read.wait()
-        #expect(sameBytes(read.bytes, Array(bytes[1000...])))
+        expectSameBytes(read.bytes, Array(bytes[1000...]))
         let fd = try #require(channel.fileDescriptor)
         channel.close()
         let cleanedValue = await cleaned.get()
@@ -863,7 +863,7 @@ struct IOChannelTests {
         }
         _ = await recorder.wait()
         #expect(maxActive.withLock { $0 } == 1)  // B13
-        #expect(sameBytes(recorder.bytes, bytes))
+        expectSameBytes(recorder.bytes, bytes)
         channel.close()
     }
 
@@ -883,7 +883,7 @@ struct IOChannelTests {
         }
         let (data, error) = await whole.get()
         #expect(error == nil)
-        #expect(sameBytes(Array(data), bytes))
+        expectSameBytes(Array(data), bytes)
         #expect(lseek(fd.rawValue, 0, SEEK_CUR) == 300_000)  // B56
         let eof = Promise<(DispatchDataBuffer, Errno?)>()
         IOChannel.read(from: fd, maxLength: 10, queue: WorkQueue(label: "c"), engine: engine) { eof.fulfil(($0, $1)) }
@@ -1034,7 +1034,7 @@ struct IOChannelTests {
         // bytes past it read while the truncation ran are what the kernel gave (it makes no promise there).
         #expect(recorder.bytes.count <= 4 << 20)
         #expect(recorder.bytes.count >= 1 << 20)
-        #expect(sameBytes(Array(recorder.bytes.prefix(1 << 20)), Array(pattern(4 << 20).prefix(1 << 20))))
+        expectSameBytes(Array(recorder.bytes.prefix(1 << 20)), Array(pattern(4 << 20).prefix(1 << 20)))
         channel.close()
     }
 }

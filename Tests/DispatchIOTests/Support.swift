@@ -9,6 +9,9 @@ import URing
 import Glibc
 #endif
 
+/// How long a test waits for a handler or a promise before it fails instead of hanging.
+let testWaitLimit: Duration = .seconds(30)
+
 /// One engine of each kind for the whole suite (channels may still hold them between tests).
 enum Engines {
     static let uring = try! IOEngine(kind: .uring)
@@ -56,8 +59,9 @@ final class Recorder: @unchecked Sendable {
         }
     }
 
-    /// Waits for the final call; returns every call.
-    func wait() async -> [Call] {
+    /// Waits for the final call; returns every call. A final call that has not come within `limit` is a
+    /// failed test, not a hung one: the suites' time limits cannot end a wait on a continuation.
+    func wait(limit: Duration = testWaitLimit) async -> [Call] {
         await withCheckedContinuation { continuation in
             lock.lock()
             if finished {
@@ -66,9 +70,19 @@ final class Recorder: @unchecked Sendable {
             } else {
                 waiter = continuation
                 lock.unlock()
+                WorkQueue.global().asyncAfter(deadline: .now + limit) { [self] in
+                    let late = lock.withLock { () -> CheckedContinuation<Void, Never>? in
+                        defer { waiter = nil }
+                        return waiter
+                    }
+                    late?.resume()
+                }
             }
         }
-        return lock.withLock { calls }
+        return lock.withLock {
+            if !finished { Issue.record("no final handler call within \(limit); calls so far: \(calls)") }
+            return calls
+        }
     }
 
     var bytes: [UInt8] { lock.withLock { data } }
@@ -93,7 +107,9 @@ final class Promise<Value: Sendable>: @unchecked Sendable {
 
     var isFulfilled: Bool { lock.withLock { value != nil } }
 
-    func get() async -> Value {
+    /// The value, once fulfilled. One not fulfilled within `limit` stops the test run with a message (there
+    /// is no value to go on with), rather than hanging it: the suites' time limits cannot end this wait.
+    func get(limit: Duration = testWaitLimit) async -> Value {
         await withCheckedContinuation { continuation in
             lock.lock()
             if let value {
@@ -102,6 +118,10 @@ final class Promise<Value: Sendable>: @unchecked Sendable {
             } else {
                 waiter = continuation
                 lock.unlock()
+                WorkQueue.global().asyncAfter(deadline: .now + limit) { [self] in
+                    let unfulfilled = lock.withLock { waiter != nil }
+                    if unfulfilled { fatalError("a promise was not fulfilled within \(limit)") }
+                }
             }
         }
     }
@@ -183,6 +203,23 @@ func settle(_ engine: IOEngine) async {
 
 /// Byte-for-byte equality, reported as one Boolean: `#expect(a == b)` on megabyte arrays would make the
 /// testing library compute a diff of millions of elements when they differ.
+/// Records one short issue when `actual` differs from `expected`: `#expect` would print both arrays, megabytes
+/// of them (which once made a failure look like a hang).
+func expectSameBytes(
+    _ actual: [UInt8],
+    _ expected: [UInt8],
+    sourceLocation: SourceLocation = #_sourceLocation
+) {
+    guard !sameBytes(actual, expected) else { return }
+    let firstDifference =
+        zip(actual, expected).enumerated().first { $0.element.0 != $0.element.1 }?.offset
+        ?? min(actual.count, expected.count)
+    Issue.record(
+        "bytes differ: \(actual.count) bytes, \(expected.count) expected, first difference at \(firstDifference)",
+        sourceLocation: sourceLocation
+    )
+}
+
 func sameBytes(_ a: [UInt8], _ b: [UInt8]) -> Bool {
     guard a.count == b.count else { return false }
     if a.isEmpty { return true }
