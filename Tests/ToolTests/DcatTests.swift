@@ -95,6 +95,54 @@ struct DcatTests {
         }
     }
 
+    @Test func pipesOnBothSidesAreGrownToOneMebibyte() throws {
+        // dcat's own choice (Docs/tools.md): a 64 KiB pipe caps every read at 64 KiB, so dcat grows the pipes
+        // it reads and writes to 1 MiB before it moves a byte.
+        var input: [CInt] = [-1, -1]
+        var output: [CInt] = [-1, -1]
+        try #require(pipe(&input) == 0 && pipe(&output) == 0)
+        defer { for fd in [input[1], output[0]] { close(fd) } }
+        for fd in input + output { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Tools.dcat)
+        process.standardInput = FileHandle(fileDescriptor: input[0], closeOnDealloc: false)
+        process.standardOutput = FileHandle(fileDescriptor: output[1], closeOnDealloc: false)
+        try process.run()
+        close(input[0])
+        close(output[1])
+        defer {
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+            process.waitUntilExit()
+        }
+        // A line through means dcat has looked at both pipes (it grows them before its first read).
+        _ = "through\n".withCString { write(input[1], $0, 8) }
+        var copied = Data()
+        #expect(readOutput(output[0], into: &copied, until: { $0 == Data("through\n".utf8) }))
+        #expect(fcntl(input[1], 1032) == 1 << 20)
+        #expect(fcntl(output[0], 1032) == 1 << 20)
+        close(input[1])
+        input[1] = -1
+        #expect(readOutput(output[0], into: &copied, until: nil))
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+    }
+
+    @Test func optionsStillGoThroughArgumentParser() throws {
+        try inScratch { scratch in
+            // Option-free command lines skip the parser; anything that looks like an option must not.
+            let help = try scratch.run("\"$DCAT\" --help")
+            #expect(help.status == 0)
+            #expect(help.text.contains("USAGE: dcat"))
+            let unknown = try scratch.run("\"$DCAT\" --bogus")
+            #expect(unknown.status == 64)
+            #expect(unknown.stderr.contains("Unknown option '--bogus'"))
+            // After --, a name starting with - is a file, as with cat.
+            let (cat, dcat) = try both(scratch, "-- -x", setup: "printf 'dash\\n' > ./-x;")
+            #expect(dcat.status == 0)
+            #expect(dcat == cat)
+        }
+    }
+
     @Test func procFilesHaveContentDespiteSizeZero() throws {
         try inScratch { scratch in
             let (cat, dcat) = try both(scratch, "/proc/version /proc/self/mountinfo")
