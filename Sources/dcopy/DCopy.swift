@@ -77,15 +77,6 @@ final class Copier: @unchecked Sendable {
         WorkQueue(label: "dcopy")
     }
     private let nextQueue = Locked(0)
-
-    /// The queue for the next file, round robin.
-    func queueForNextFile() -> WorkQueue {
-        let index = nextQueue.withLock { next in
-            defer { next = (next + 1) % queues.count }
-            return next
-        }
-        return queues[index]
-    }
     let budget = ChunkBudget(Limits.chunks)
     private let slots = WorkSemaphore(value: Limits.files)
     private let running = WorkGroup()
@@ -138,6 +129,15 @@ final class Copier: @unchecked Sendable {
         for (path, info) in directoriesToFinish { setMetadata(path: path, info: info, isLink: false) }
         meter?.finish()
         return failed.withLock { $0 } ? 1 : 0
+    }
+
+    /// The queue for the next file, round robin.
+    func queueForNextFile() -> WorkQueue {
+        let index = nextQueue.withLock { next in
+            defer { next = (next + 1) % queues.count }
+            return next
+        }
+        return queues[index]
     }
 
     // MARK: Messages

@@ -80,20 +80,22 @@ final class FileCopy: @unchecked Sendable {
             lock.withLock { destinationInfo = .failure(.noSuchFileOrDirectory) }
             // The source's status is all there is to wait for: open from its completion, without a hop
             // through the queue (submitting to the ring does not block).
-            engine.stat(path: FilePath(source)) { [self] result in
-                lock.withLock {
-                    switch result {
-                    case .success(let info): sourceInfo = info
-                    case .failure(let error): self.error = "cannot stat '\(source)': \(describe(error))"
-                    }
-                }
-                open()
-            }
+            statSource { [self] in open() }
             return
         }
         let joined = WorkGroup()
         joined.enter()
         joined.enter()
+        statSource { joined.leave() }
+        engine.stat(path: FilePath(destination)) { [self] result in
+            lock.withLock { destinationInfo = result }
+            joined.leave()
+        }
+        joined.notify(queue: queue) { [self] in open() }
+    }
+
+    /// Takes the source's status through the ring, then runs `next` on the ring thread.
+    private func statSource(then next: @escaping @Sendable () -> Void) {
         engine.stat(path: FilePath(source)) { [self] result in
             lock.withLock {
                 switch result {
@@ -101,13 +103,8 @@ final class FileCopy: @unchecked Sendable {
                 case .failure(let error): self.error = "cannot stat '\(source)': \(describe(error))"
                 }
             }
-            joined.leave()
+            next()
         }
-        engine.stat(path: FilePath(destination)) { [self] result in
-            lock.withLock { destinationInfo = result }
-            joined.leave()
-        }
-        joined.notify(queue: queue) { [self] in open() }
     }
 
     /// Runs on the queue or on the ring thread (a completion): anything but a submission goes to the queue.
