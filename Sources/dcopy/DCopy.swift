@@ -56,7 +56,9 @@ struct Options: Sendable {
 /// Bounds on concurrency and memory.
 enum Limits {
     /// Files copied at once: enough to keep the ring busy with small files' opens, stats and closes.
-    static let files = 16
+    static let files = 32
+    /// Files found by the walk and not yet started, at most; the walker waits when there are this many.
+    static let backlog = 1024
     /// Read chunks (each at most ``chunk`` bytes) read but not yet written, across all files: the data in
     /// memory stays under `chunks × chunk` (4 MiB) whatever the file sizes or how slow the destination.
     static let chunks = 8
@@ -64,6 +66,37 @@ enum Limits {
     static let chunk = 512 << 10
     /// Chunks of one file in flight at once (reads on a regular file can overlap their writes).
     static let perFile = 4
+}
+
+/// A regular file found by the walk, waiting for its copy to start.
+struct PendingFile {
+    let source: String
+    let destination: String
+    let destinationIsNew: Bool
+}
+
+/// The files waiting to start, first in first out, and the number of copies running.
+struct FileBacklog {
+    var queue: [PendingFile] = []
+    /// Index of the first file in `queue` not yet started.
+    private var head = 0
+    var running = 0
+    /// The walker waits on `room` until fewer files wait.
+    var walkerWaits = false
+
+    var waiting: Int { queue.count - head }
+
+    mutating func next() -> PendingFile? {
+        guard head < queue.count else { return nil }
+        let file = queue[head]
+        head += 1
+        // Drop what was taken once it is half the array, so the array stays within twice the backlog.
+        if head * 2 >= queue.count {
+            queue.removeFirst(head)
+            head = 0
+        }
+        return file
+    }
 }
 
 /// Copies sources to a destination, as cp does.
@@ -78,7 +111,10 @@ final class Copier: @unchecked Sendable {
     }
     private let nextQueue = Locked(0)
     let budget = ChunkBudget(Limits.chunks)
-    private let slots = WorkSemaphore(value: Limits.files)
+    /// Files found and not yet started, and how many copies run; see ``startFile(_:to:destinationIsNew:)``.
+    private let files = Locked(FileBacklog())
+    /// Signalled when the walker waits for the backlog to shrink and it has.
+    private let room = WorkSemaphore(value: 0)
     private let running = WorkGroup()
     private let failed = Locked(false)
     let meter: ProgressMeter?
@@ -304,17 +340,52 @@ final class Copier: @unchecked Sendable {
         fail("cannot create regular file '\(destination)'", failure)
     }
 
-    /// Starts a file copy once one of the ``Limits/files`` slots is free.
+    /// Starts a file copy now if fewer than ``Limits/files`` run, or queues it.
+    ///
+    /// A copy that ends starts the next queued one itself, on the thread it ended on: usually the ring
+    /// thread, whose submissions then join its next batch without a wake-up. So the walker is not woken
+    /// once per file (a futex wake and a context switch each, which cost as much as a small file's copy);
+    /// it only waits when ``Limits/backlog`` files are queued, until half of them have started.
     private func startFile(_ source: String, to destination: String, destinationIsNew: Bool) {
-        slots.wait()
         running.enter()
         // Announced in walking order, as cp does, although the copies overlap.
         announce(source, destination)
-        FileCopy(copier: self, source: source, destination: destination, destinationIsNew: destinationIsNew) {
-            [slots, running] in
-            slots.signal()
-            running.leave()
+        let file = PendingFile(source: source, destination: destination, destinationIsNew: destinationIsNew)
+        let (startNow, mustWait) = files.withLock { backlog -> (Bool, Bool) in
+            if backlog.running < Limits.files {
+                backlog.running += 1
+                return (true, false)
+            }
+            backlog.queue.append(file)
+            backlog.walkerWaits = backlog.waiting >= Limits.backlog
+            return (false, backlog.walkerWaits)
+        }
+        if startNow { begin(file) }
+        if mustWait { room.wait() }
+    }
+
+    private func begin(_ file: PendingFile) {
+        FileCopy(
+            copier: self,
+            source: file.source,
+            destination: file.destination,
+            destinationIsNew: file.destinationIsNew
+        ) { [self] in
+            fileEnded()
         }.start()
+    }
+
+    private func fileEnded() {
+        let (next, wakeWalker) = files.withLock { backlog -> (PendingFile?, Bool) in
+            let next = backlog.next()
+            if next == nil { backlog.running -= 1 }
+            guard backlog.walkerWaits && backlog.waiting <= Limits.backlog / 2 else { return (next, false) }
+            backlog.walkerWaits = false
+            return (next, true)
+        }
+        if wakeWalker { room.signal() }
+        running.leave()
+        if let next { begin(next) }
     }
 
     /// Sets mode, owner and times as `cp -p` does; ownership that cannot be kept is not an error.

@@ -124,6 +124,11 @@ final class FileCopy: @unchecked Sendable {
             return queue.async { [self] in end() }
         }
         let existed = if case .success = existing { true } else { false }
+        if !existed && copiesWhole(info) { return copyWhole(info) }
+        openSource(info, existed: existed)
+    }
+
+    private func openSource(_ info: FileStatus, existed: Bool) {
         // The source first: cp creates nothing when the source cannot be read.
         engine.openat(path: FilePath(source), flags: O_RDONLY) { [self] result in
             let opened = lock.withLock { () -> Bool in
@@ -136,6 +141,55 @@ final class FileCopy: @unchecked Sendable {
             }
             guard opened else { return queue.async { [self] in end() } }
             openDestination(info, existed: existed)
+        }
+    }
+
+    // MARK: Small files
+
+    /// Whether the file goes whole through one linked submission instead of two channels: a small
+    /// regular file without holes, a destination to create, and no `-p` (which needs the open
+    /// destination for `fchown`, `fchmod` and `futimens`).
+    private func copiesWhole(_ info: FileStatus) -> Bool {
+        info.isRegularFile && info.size > 0 && info.size <= IOChannel.smallFileLimit
+            && Int64(info.blocks) * 512 >= info.size && !copier.options.preserve
+    }
+
+    /// Copies a small file in one submission; the steps and the messages are the channel path's.
+    private func copyWhole(_ info: FileStatus) {
+        IOChannel.copySmallFile(
+            from: FilePath(source),
+            to: FilePath(destination),
+            flags: O_WRONLY | O_CREAT | O_EXCL,
+            permissions: FilePermissions(rawValue: CModeT(info.mode & 0o777)),
+            size: Int(info.size)
+        ) { [self] outcome in
+            switch outcome {
+            case .copied:
+                copier.meter?.add(Int(info.size))
+                completion()
+            case .incomplete:
+                // The source changed size since its statx: copy it again through channels, which read to
+                // its end, over the file just created.
+                openSource(info, existed: true)
+            case .failed(let step, let failure):
+                queue.async { [self] in
+                    copier.fail(message(step, failure))
+                    completion()
+                }
+            }
+        }
+    }
+
+    /// The channel path's message for a failed step of a whole-file copy.
+    private func message(_ step: FileCopyStep, _ failure: Errno) -> String {
+        switch step {
+        case .openSource: "cannot open '\(source)' for reading: \(describe(failure))"
+        case .openDestination:
+            danglingLinkRefusal(failure, existed: false)
+                ?? "cannot create regular file '\(destination)': \(describe(failure))"
+        case .read: "error reading '\(source)': \(describe(failure))"
+        case .write: "error writing '\(destination)': \(describe(failure))"
+        case .closeDestination: "failed to close '\(destination)': \(describe(failure))"
         }
     }
 

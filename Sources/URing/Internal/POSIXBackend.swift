@@ -97,6 +97,8 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
 
     // MARK: Submission
 
+    var linkedCopies: Bool { false }
+
     func submit(_ op: Op, offload: Bool, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID {
         let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
         let request = Request(id: id, op: op, keepAlive: keepAlive, handler: handler)
@@ -183,6 +185,8 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                 res = withdraw(target) { if case .timeout = $0 { return true } else { return false } }
             case .cancel(let target):
                 res = cancel(target)
+            case .linkedCopy:
+                res = -Int(ENOTSUP)
             }
             switch request.step(after: res) {
             case .complete(let completion):

@@ -27,6 +27,8 @@ protocol EngineBackend: Sendable {
     /// Hands `op` to the engine; `handler` runs exactly once.
     func submit(_ op: Op, offload: Bool, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID
     func shutdown()
+    /// Whether ``Op/linkedCopy(_:)`` can be submitted.
+    var linkedCopies: Bool { get }
     var ownDescriptorCount: Int { get }
 }
 
@@ -48,6 +50,9 @@ enum Op {
     case timeout(deadline: BootTime)
     case timeoutRemove(target: UInt64)
     case cancel(target: UInt64)
+    /// A whole small file copied by one chain of linked requests (``URingBackend`` with registered files
+    /// only; ``IOEngine`` runs the steps separately elsewhere).
+    case linkedCopy(LinkedCopy)
 
     /// The descriptor a read or write goes to, for the ones that may have to wait for readiness.
     var transferDescriptor: CInt? {
@@ -158,6 +163,8 @@ final class Request: @unchecked Sendable {
             return .complete(IOCompletion(result: res))
         case .fail(let error):
             return .complete(IOCompletion(result: 0, error: error))
+        case .linkedCopy:
+            preconditionFailure("a linked copy went to a backend without linked copies")
         case .nop, .pollAdd, .pollRemove, .timeoutRemove, .cancel:
             if res < 0 { return .complete(IOCompletion(result: 0, error: Errno(rawValue: CInt(-res)))) }
             return .complete(IOCompletion(result: res))
@@ -174,6 +181,38 @@ final class CPath: @unchecked Sendable {
     }
 
     deinit { free(pointer) }
+}
+
+/// The arguments and the progress of ``IOEngine/copyFile(from:to:flags:permissions:length:buffer:keepAlive:then:)``.
+final class LinkedCopy: @unchecked Sendable {
+    let source: CPath
+    let destination: CPath
+    let flags: CInt
+    let mode: mode_t
+    let buffer: UnsafeMutableRawPointer
+    let length: Int
+
+    // Touched by the ring thread only, until the handler reads `outcome`.
+    /// The two registered-descriptor slots: the source's and the destination's.
+    var slots: (source: UInt32, destination: UInt32) = (0, 0)
+    /// The one-byte read past the end, and whether its completion and the last close's have come.
+    let probe = UnsafeMutablePointer<UInt8>.allocate(capacity: 1)
+    var probeResult: Int32 = 0
+    var probeDone = false
+    var closeResult: Int32 = 0
+    var closeDone = false
+    var outcome = FileCopyOutcome.copied
+
+    init(source: CPath, destination: CPath, flags: CInt, mode: mode_t, buffer: UnsafeMutableRawPointer, length: Int) {
+        self.source = source
+        self.destination = destination
+        self.flags = flags
+        self.mode = mode
+        self.buffer = buffer
+        self.length = length
+    }
+
+    deinit { probe.deallocate() }
 }
 
 /// An `iovec` array the engine owns, which a short write advances in place.

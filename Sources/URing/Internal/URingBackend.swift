@@ -20,6 +20,13 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     /// `user_data` of the engine's own requests.
     private static let wakeID: UInt64 = 0
     private static let cancelAllID: UInt64 = .max
+    /// A linked copy's requests carry its request's ID with the step (1...7) in the top byte; the closes
+    /// that free a failed copy's slots carry this tag there and the slot below.
+    private static let stepShift: UInt64 = 56
+    private static let idMask: UInt64 = (1 << 56) - 1
+    private static let slotCleanupTag: UInt64 = 0xFE
+    /// Registered-descriptor slots for linked copies: two per copy in flight.
+    static let copySlots: UInt32 = 64
 
     private let ring: UnsafeMutablePointer<io_uring>
     private let wakeFD: CInt
@@ -29,6 +36,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     private let sleeping = Atomic<Bool>(false)
     private let ringThread = Atomic<UInt>(0)
     private let descriptorsOpen = Atomic<Int>(2)
+    /// Registered-descriptor slots taken by linked copies and not yet given back (for tests).
+    let copySlotsInUse = Atomic<Int>(0)
 
     private let handoff = Lock()
     // Guarded by `handoff`.
@@ -42,6 +51,12 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     private var draining = false
     private var wakeArmed = false
     private var cancelAllPending = false
+    private var freeSlots: [UInt32] = []
+    /// Linked copies waiting for two free slots.
+    private var copiesWaiting: [Request] = []
+
+    /// Whether the kernel took the registered-descriptor table that linked copies use.
+    let linkedCopies: Bool
 
     /// The flag sets tried in order: the newest first (one issuer, completions run when the ring thread
     /// asks for them), then plainer ones for older kernels.
@@ -71,6 +86,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         ring = .allocate(capacity: 1)
         ring.initialize(to: io_uring())
         var lastError: CInt = 0
+        var features: UInt32 = 0
         var enable = false
         var ready = false
         for flags in Self.setupFlagSets {
@@ -88,6 +104,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
                         description: "io_uring lacks NODROP, RW_CUR_POS or FAST_POLL (kernel too old)"
                     )
                 }
+                features = params.features
                 ready = true
                 break
             }
@@ -112,6 +129,12 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
                 throw EngineUnavailable(description: "io_uring lacks opcodes: \(missing.joined(separator: ", "))")
             }
         }
+        // Linked copies need requests that skip their completion on success (5.17), descriptors a linked
+        // request resolves only when it runs (5.17), and a sparse table to open into (5.19). The table is
+        // registered before the ring thread enables the ring, while no task owns it yet.
+        let linkable = UInt32(IORING_FEAT_CQE_SKIP) | UInt32(IORING_FEAT_LINKED_FILE)
+        linkedCopies = features & linkable == linkable && io_uring_register_files_sparse(ring, Self.copySlots) == 0
+        if linkedCopies { freeSlots = Array((0..<Self.copySlots).reversed()) }
         let efd = eventfd(0, CInt(EFD_CLOEXEC))
         guard efd >= 0 else {
             let error = Errno(rawValue: errno)
@@ -294,6 +317,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         draining = true
         for request in local { cancelUnsubmitted(request) }
         local.removeAll()
+        for request in copiesWaiting { cancelUnsubmitted(request) }
+        copiesWaiting.removeAll()
         let sqe = nextSQE()
         io_uring_prep_cancel64(sqe, 0, CInt(IORING_ASYNC_CANCEL_ANY))
         io_uring_sqe_set_data64(sqe, Self.cancelAllID)
@@ -331,7 +356,10 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             }
             return
         }
-        guard let request = inFlight[id] else { return }
+        let tag = id >> Self.stepShift
+        if tag == Self.slotCleanupTag { return freeSlot(UInt32(id & Self.idMask)) }
+        guard let request = inFlight[id & Self.idMask] else { return }
+        if case .linkedCopy(let copy) = request.op { return handleCopy(request, copy, step: tag, res: res) }
         if request.readinessEvents != 0 {
             request.readinessEvents = 0
             if res < 0 {
@@ -365,6 +393,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             request.handler(IOCompletion(result: 0, error: error))
             return
         }
+        if case .linkedCopy(let copy) = request.op { return prepareCopy(request, copy) }
         let sqe = nextSQE()
         inFlight[request.id] = request
         defer {
@@ -410,6 +439,103 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             io_uring_prep_timeout_remove(sqe, target, 0)
         case .cancel(let target):
             io_uring_prep_cancel64(sqe, target, 0)
+        case .linkedCopy:
+            preconditionFailure("linked copies are prepared by prepareCopy")
+        }
+    }
+
+    // MARK: Linked copies
+
+    /// Queues the seven linked requests of a whole-file copy, or parks the copy until two slots are free.
+    ///
+    /// Every step but the probe and the last close skips its completion when it succeeds; a step that
+    /// fails posts its own completion and cancels the rest of the chain without posting theirs (the
+    /// kernel skips a failed chain's completions when the failing request asked to skip its own). So a
+    /// copy ends with either one completion from steps 1–4, or with both the probe's and the last
+    /// close's. The probe and the first close are hard links: the probe "fails" whenever it finds the
+    /// end of the file (0 bytes where 1 was asked), and the closes must run after it either way.
+    private func prepareCopy(_ request: Request, _ copy: LinkedCopy) {
+        guard freeSlots.count >= 2 else { return copiesWaiting.append(request) }
+        copy.slots = (freeSlots.removeLast(), freeSlots.removeLast())
+        copySlotsInUse.add(2, ordering: .relaxed)
+        inFlight[request.id] = request
+        // The whole chain must reach the kernel in one submission: a chain cut in two is two chains.
+        while io_uring_sq_space_left(ring) < 7 {
+            let rc = io_uring_submit(ring)
+            if rc == -EBUSY || rc == -EAGAIN { reapAll?() }
+        }
+        let link = UInt8(1 << IOSQE_IO_LINK_BIT)
+        let hardLink = UInt8(1 << IOSQE_IO_HARDLINK_BIT)
+        let skip = UInt8(1 << IOSQE_CQE_SKIP_SUCCESS_BIT)
+        let fixed = UInt8(1 << IOSQE_FIXED_FILE_BIT)
+        let (source, destination) = copy.slots
+        func add(_ step: UInt64, _ flags: UInt8, _ fill: (UnsafeMutablePointer<io_uring_sqe>) -> Void) {
+            let sqe = io_uring_get_sqe(ring)!
+            fill(sqe)
+            sqe.pointee.flags |= flags
+            io_uring_sqe_set_data64(sqe, request.id | step << Self.stepShift)
+        }
+        // O_CLOEXEC is refused for direct descriptors (they are not in the process's table at all).
+        add(1, link | skip) { io_uring_prep_openat_direct($0, AT_FDCWD, copy.source.pointer, O_RDONLY, 0, source) }
+        add(2, link | skip) {
+            io_uring_prep_openat_direct($0, AT_FDCWD, copy.destination.pointer, copy.flags, copy.mode, destination)
+        }
+        add(3, link | skip | fixed) { io_uring_prep_read($0, CInt(source), copy.buffer, UInt32(copy.length), 0) }
+        add(4, link | skip | fixed) { io_uring_prep_write($0, CInt(destination), copy.buffer, UInt32(copy.length), 0) }
+        add(5, hardLink | fixed) { io_uring_prep_read($0, CInt(source), copy.probe, 1, UInt64(copy.length)) }
+        add(6, hardLink | skip) { io_uring_prep_close_direct($0, source) }
+        add(7, 0) { io_uring_prep_close_direct($0, destination) }
+    }
+
+    private func handleCopy(_ request: Request, _ copy: LinkedCopy, step: UInt64, res: Int32) {
+        func error(_ res: Int32) -> Errno { Errno(rawValue: -res) }
+        switch step {
+        case 1...4:
+            // A step that failed (or came back short) ended the chain: the rest was cancelled silently,
+            // so whatever the steps opened is still in the slots.
+            switch step {
+            case 1: copy.outcome = .failed(.openSource, error(res))
+            case 2: copy.outcome = .failed(.openDestination, error(res))
+            case 3: copy.outcome = res < 0 ? .failed(.read, error(res)) : .incomplete
+            default: copy.outcome = res < 0 ? .failed(.write, error(res)) : .incomplete
+            }
+            for slot in [copy.slots.source, copy.slots.destination] {
+                let sqe = nextSQE()
+                io_uring_prep_close_direct(sqe, slot)
+                io_uring_sqe_set_data64(sqe, Self.slotCleanupTag << Self.stepShift | UInt64(slot))
+            }
+            finish(request, IOCompletion(result: 0))
+            return
+        case 5:
+            copy.probeResult = res
+            copy.probeDone = true
+        case 7:
+            copy.closeResult = res
+            copy.closeDone = true
+        default:
+            // The source's close failed; nothing is lost, and the chain goes on to the destination's.
+            return
+        }
+        guard copy.probeDone && copy.closeDone else { return }
+        if copy.probeResult < 0 {
+            copy.outcome = .failed(.read, error(copy.probeResult))
+        } else if copy.closeResult < 0 {
+            copy.outcome = .failed(.closeDestination, error(copy.closeResult))
+        } else if copy.probeResult > 0 {
+            copy.outcome = .incomplete
+        }
+        freeSlot(copy.slots.source)
+        freeSlot(copy.slots.destination)
+        finish(request, IOCompletion(result: 0))
+    }
+
+    /// Returns a slot, and starts a waiting copy once two are free.
+    private func freeSlot(_ slot: UInt32) {
+        freeSlots.append(slot)
+        copySlotsInUse.subtract(1, ordering: .relaxed)
+        if freeSlots.count >= 2, !copiesWaiting.isEmpty {
+            let next = copiesWaiting.removeFirst()
+            draining ? cancelUnsubmitted(next) : local.append(next)
         }
     }
 }

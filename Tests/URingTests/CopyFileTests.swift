@@ -1,0 +1,170 @@
+import SystemPackage
+import Testing
+import URing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `IOEngine.copyFile`: one linked submission on io_uring, separate operations on the POSIX engine; the
+/// outcomes must be the same on both.
+@Suite(.serialized, .noDescriptorLeaks, .timeLimit(.minutes(1)))
+struct CopyFileTests {
+    @Test(arguments: EngineKind.allCases)
+    func copiesTheBytesWithTheGivenPermissions(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let bytes = (0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        writeFile(dir.file("src"), bytes)
+        try await withEngine(kind) { engine in
+            #expect(engine.copiesFilesInOneSubmission == (kind == .uring))
+            let outcome = await copy(engine, dir.file("src"), dir.file("dst"), length: bytes.count, mode: 0o640)
+            #expect(outcome == .copied)
+            #expect(readFile(dir.file("dst")) == bytes)
+            var status = stat()
+            stat(dir.file("dst"), &status)
+            #expect(status.st_mode & 0o777 == 0o640 & ~currentUmask())
+            #expect(engine.copySlotsInUse == 0)
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func aMissingSourceCreatesNothing(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        try await withEngine(kind) { engine in
+            let outcome = await copy(engine, dir.file("none"), dir.file("dst"), length: 10)
+            #expect(outcome == .failed(.openSource, .noSuchFileOrDirectory))
+            #expect(access(dir.file("dst"), F_OK) != 0)
+            #expect(engine.copySlotsInUse == 0)
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func anExclusiveCreateLeavesAnExistingDestinationAlone(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        writeFile(dir.file("src"), Array("new".utf8))
+        writeFile(dir.file("dst"), Array("old".utf8))
+        try await withEngine(kind) { engine in
+            let outcome = await copy(engine, dir.file("src"), dir.file("dst"), length: 3)
+            #expect(outcome == .failed(.openDestination, .fileExists))
+            #expect(readFile(dir.file("dst")) == Array("old".utf8))
+            // The source was open in its slot when the chain stopped: the slot must come back.
+            try await waitForSlots(engine)
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func aSourceOfAnotherSizeIsReportedNotCopiedInPart(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        writeFile(dir.file("src"), [UInt8](repeating: 9, count: 5000))
+        try await withEngine(kind) { engine in
+            // Shrank since its size was taken: the read comes back short.
+            let shrank = await copy(engine, dir.file("src"), dir.file("a"), length: 6000)
+            #expect(shrank == .incomplete)
+            // Grew: the byte past the expected end is there.
+            let grew = await copy(engine, dir.file("src"), dir.file("b"), length: 4000)
+            #expect(grew == .incomplete)
+            // Exactly the size: the end is where it was expected.
+            let same = await copy(engine, dir.file("src"), dir.file("c"), length: 5000)
+            #expect(same == .copied)
+            try await waitForSlots(engine)
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func readAndWriteErrorsNameTheirStep(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        writeFile(dir.file("src"), [UInt8](repeating: 1, count: 100))
+        try await withEngine(kind) { engine in
+            // A directory opens for reading; reading it fails.
+            let read = await copy(engine, dir.path, dir.file("dst"), length: 100)
+            #expect(read == .failed(.read, .isDirectory))
+            let written = await copy(engine, dir.file("src"), "/dev/full", length: 100, flags: O_WRONLY)
+            #expect(written == .failed(.write, .noSpace))
+            try await waitForSlots(engine)
+        }
+    }
+
+    /// More copies at once than the engine has slots for: the rest wait for slots, and all complete.
+    @Test(arguments: EngineKind.allCases)
+    func manyCopiesAtOnceAllComplete(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let count = 100
+        for index in 0..<count { writeFile(dir.file("s\(index)"), Array("file \(index)".utf8)) }
+        try await withEngine(kind) { engine in
+            let outcomes = await withTaskGroup(of: FileCopyOutcome.self) { group in
+                for index in 0..<count {
+                    let length = "file \(index)".utf8.count
+                    group.addTask { await copy(engine, dir.file("s\(index)"), dir.file("d\(index)"), length: length) }
+                }
+                return await group.reduce(into: [FileCopyOutcome]()) { $0.append($1) }
+            }
+            #expect(outcomes == [FileCopyOutcome](repeating: .copied, count: count))
+            for index in 0..<count { #expect(readFile(dir.file("d\(index)")) == Array("file \(index)".utf8)) }
+            #expect(engine.copySlotsInUse == 0)
+        }
+    }
+}
+
+private func copy(
+    _ engine: IOEngine,
+    _ source: String,
+    _ destination: String,
+    length: Int,
+    mode: CModeT = 0o644,
+    flags: CInt = O_WRONLY | O_CREAT | O_EXCL
+) async -> FileCopyOutcome {
+    let buffer = Buffer(count: length)
+    return await withCheckedContinuation { continuation in
+        engine.copyFile(
+            from: FilePath(source),
+            to: FilePath(destination),
+            flags: flags,
+            permissions: FilePermissions(rawValue: mode),
+            length: length,
+            buffer: buffer.slice(length),
+            keepAlive: buffer
+        ) { continuation.resume(returning: $0) }
+    }
+}
+
+/// A failed linked copy gives its slots back once the closes it issues complete, shortly after its
+/// handler ran.
+private func waitForSlots(_ engine: IOEngine) async throws {
+    let deadline = ContinuousClock.now + .seconds(10)
+    while engine.copySlotsInUse != 0 && ContinuousClock.now < deadline {
+        _ = await complete { engine.nop(then: $0) }
+    }
+    #expect(engine.copySlotsInUse == 0)
+}
+
+private func writeFile(_ path: String, _ bytes: [UInt8]) {
+    let fd = openFile(path)
+    defer { close(fd) }
+    let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+    precondition(written == bytes.count)
+}
+
+private func readFile(_ path: String) -> [UInt8] {
+    let fd = open(path, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return [] }
+    defer { close(fd) }
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        if n <= 0 { return bytes }
+        bytes += chunk[0..<n]
+    }
+}
+
+private func currentUmask() -> mode_t {
+    let mask = umask(0)
+    umask(mask)
+    return mask
+}
