@@ -29,6 +29,7 @@
 // Glibc declares these only under _GNU_SOURCE, which Swift's Glibc module is built without.
 extern ssize_t preadv2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags);
 extern ssize_t pwritev2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags);
+extern int pipe2(int pipefd[2], int flags);
 extern int statx(int dirfd, const char *restrict pathname, int flags, unsigned int mask,
                  struct statx *restrict statxbuf);
 
@@ -45,5 +46,6 @@ static inline int curing_enable_rings(struct io_uring *ring) {
 
 #define CURING_RWF_NOWAIT 0x00000008
 #define CURING_POLLRDHUP 0x2000
+#define CURING_F_SETPIPE_SZ 1031
 
 #endif

@@ -6,16 +6,16 @@ import Glibc
 #endif
 
 extension IOChannel {
-    /// The largest file ``copySmallFile(from:to:flags:permissions:size:engine:then:)`` takes: the size of
-    /// its pooled buffers.
-    package static let smallFileLimit = 64 << 10
+    /// The largest file ``copySmallFile(from:to:flags:permissions:size:engine:then:)`` takes (1 MiB).
+    package static let smallFileLimit = IOEngine.wholeFileCopyLimit
 
-    /// Copies a small regular file whole, with no channel: open, create, read, write and close run as one
-    /// linked io_uring submission (see `IOEngine.copyFile`), through a pooled buffer.
+    /// Copies a small regular file whole, with no channel: open, create, transfer and close run as one
+    /// linked io_uring submission (see `IOEngine.copyFile`), and the bytes never pass through this
+    /// process.
     ///
     /// A channel per file costs more than the copy itself when files are a few KiB: two channels, their
     /// queues and operations, and a round trip through the ring for each step. This is the path for
-    /// trees of small files; anything else goes through channels.
+    /// trees of files up to ``smallFileLimit``; anything larger goes through channels.
     ///
     /// - Parameters:
     ///   - flags: How to open the destination (`O_WRONLY | O_CREAT | O_EXCL` for a new file).
@@ -32,21 +32,13 @@ extension IOChannel {
         engine: IOEngine = .shared,
         then handler: @escaping @Sendable (FileCopyOutcome) -> Void
     ) {
-        precondition(size > 0 && size <= smallFileLimit, "copySmallFile: size \(size) is not 1...\(smallFileLimit)")
-        let pool = BufferPool.smallFiles
-        let buffer = pool.take()
         engine.copyFile(
             from: source,
             to: destination,
             flags: flags,
             permissions: permissions,
             length: size,
-            buffer: UnsafeMutableRawBufferPointer(start: buffer, count: size),
-            keepAlive: nil
-        ) { [address = UInt(bitPattern: buffer)] outcome in
-            // The engine is done with the buffer once the handler runs.
-            pool.give(UnsafeMutableRawPointer(bitPattern: address)!)
-            handler(outcome)
-        }
+            then: handler
+        )
     }
 }

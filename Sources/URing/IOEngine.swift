@@ -349,24 +349,29 @@ package final class IOEngine: Sendable {
 
     // MARK: Whole small files
 
-    /// Whether ``copyFile(from:to:flags:permissions:length:buffer:keepAlive:then:)`` runs as one linked
-    /// submission (io_uring with a registered-descriptor table) rather than as separate operations.
+    /// The largest file ``copyFile(from:to:flags:permissions:length:then:)`` takes.
+    package static let wholeFileCopyLimit = 1 << 20
+
+    /// Whether ``copyFile(from:to:flags:permissions:length:then:)`` runs as one linked submission
+    /// (io_uring with a registered-descriptor table) rather than as separate operations.
     package var copiesFilesInOneSubmission: Bool { backend.linkedCopies }
 
-    /// Registered-descriptor slots held by linked copies now: two per copy in flight, and 0 once every
+    /// Lanes of registered descriptors held by linked copies now: one per copy in flight, and 0 once every
     /// copy has ended (tests check that failed copies give theirs back).
-    package var copySlotsInUse: Int { (backend as? URingBackend)?.copySlotsInUse.load(ordering: .relaxed) ?? 0 }
+    package var copyLanesInUse: Int { (backend as? URingBackend)?.copyLanesInUse.load(ordering: .relaxed) ?? 0 }
 
-    /// Copies a small regular file whole: opens `source`, opens `destination` with `flags` and
-    /// `permissions`, reads `length` bytes into `buffer`, writes them, checks that the source ends there,
-    /// and closes both.
+    /// Copies a file of at most ``wholeFileCopyLimit`` bytes whole: opens `source`, opens `destination`
+    /// with `flags` and `permissions`, moves `length` bytes, checks that the source ends there, and closes
+    /// both.
     ///
     /// On io_uring this is one linked submission of seven requests on registered (direct) descriptors,
     /// which the kernel runs one after the other, in one worker, without coming back to this process
-    /// between them: the cost per file is close to cp's seven system calls, where separate operations
-    /// would cost a round trip through the ring each. Without registered descriptors (the POSIX engine,
-    /// a kernel before 5.19, or a table the kernel refused) the same steps run as separate operations,
-    /// with the same outcomes.
+    /// between them: the cost per file is close to cp's system calls, where separate operations would
+    /// cost a round trip through the ring each. The bytes are spliced through a pipe the engine owns, so
+    /// they are copied once, from the source's page cache into the destination's, and no buffer of this
+    /// process holds them. Without registered descriptors (the POSIX engine, a kernel before 5.19, or a
+    /// table the kernel refused) the same steps run as separate operations through a buffer, with the same
+    /// outcomes.
     ///
     /// `length` is the size the caller found (its `statx`); the copy does not read past it. A source
     /// that no longer holds exactly `length` bytes is reported as ``FileCopyOutcome/incomplete`` rather
@@ -378,35 +383,30 @@ package final class IOEngine: Sendable {
     /// - Parameters:
     ///   - flags: How to open the destination, for example `O_WRONLY | O_CREAT | O_EXCL`; `O_CLOEXEC` is
     ///     added where descriptors are ordinary ones.
-    ///   - length: Bytes to copy, 1 through `buffer.count` and at most ``maximumTransfer``.
-    ///   - buffer: Where the bytes pass; it must stay valid (and is kept alive through `keepAlive`) until
-    ///     the handler has run.
+    ///   - length: Bytes to copy, 1 through ``wholeFileCopyLimit``.
     package func copyFile(
         from source: FilePath,
         to destination: FilePath,
         flags: CInt,
         permissions: FilePermissions,
         length: Int,
-        buffer: UnsafeMutableRawBufferPointer,
-        keepAlive: (any AnyObject & Sendable)?,
         then handler: @escaping @Sendable (FileCopyOutcome) -> Void
     ) {
         precondition(
-            length > 0 && length <= buffer.count && length <= Self.maximumTransfer,
-            "IOEngine.copyFile: length \(length) must be 1...\(min(buffer.count, Self.maximumTransfer))"
+            length > 0 && length <= Self.wholeFileCopyLimit,
+            "IOEngine.copyFile: length \(length) is not 1...\(Self.wholeFileCopyLimit)"
         )
         let copy = LinkedCopy(
             source: CPath(source),
             destination: CPath(destination),
             flags: flags,
             mode: permissions.rawValue,
-            buffer: buffer.baseAddress!,
             length: length
         )
         if backend.linkedCopies {
-            _ = backend.submit(.linkedCopy(copy), keepAlive: keepAlive) { _ in handler(copy.outcome) }
+            _ = backend.submit(.linkedCopy(copy), keepAlive: nil) { _ in handler(copy.outcome) }
         } else {
-            StepwiseCopy(engine: self, copy: copy, keepAlive: keepAlive, handler: handler).start()
+            StepwiseCopy(engine: self, copy: copy, handler: handler).start()
         }
     }
 
@@ -416,7 +416,7 @@ package final class IOEngine: Sendable {
     }
 }
 
-/// The step of ``IOEngine/copyFile(from:to:flags:permissions:length:buffer:keepAlive:then:)`` that failed.
+/// The step of ``IOEngine/copyFile(from:to:flags:permissions:length:then:)`` that failed.
 package enum FileCopyStep: Sendable, Equatable {
     case openSource
     case openDestination
@@ -425,13 +425,15 @@ package enum FileCopyStep: Sendable, Equatable {
     case closeDestination
 }
 
-/// How ``IOEngine/copyFile(from:to:flags:permissions:length:buffer:keepAlive:then:)`` ended.
+/// How ``IOEngine/copyFile(from:to:flags:permissions:length:then:)`` ended.
 package enum FileCopyOutcome: Sendable, Equatable {
     /// The source held exactly the bytes asked for; they are in the destination, and both are closed.
     case copied
     /// A transfer came back short: the source does not hold exactly the bytes asked for any more (it
-    /// shrank or grew since its size was taken), or the destination took fewer. Both are closed; the
-    /// destination was opened, so it exists with unspecified content and must be copied again.
+    /// shrank or grew since its size was taken), or the destination took fewer; or the kernel cannot
+    /// splice between these two files (`EINVAL`: a directory, a device), where plain reads and writes
+    /// would report the real error. Both are closed; the destination was opened, so it exists with
+    /// unspecified content and must be copied again the ordinary way.
     case incomplete
     /// A step failed with this error, and nothing after it ran; both files are closed. The destination
     /// exists if the failed step was `.read`, `.write` or `.closeDestination`.
@@ -443,30 +445,25 @@ package enum FileCopyOutcome: Sendable, Equatable {
 private final class StepwiseCopy: @unchecked Sendable {
     private let engine: IOEngine
     private let copy: LinkedCopy
-    private let keepAlive: (any AnyObject & Sendable)?
     private let handler: @Sendable (FileCopyOutcome) -> Void
     // Written by one step's completion and read by the next, which the engine orders.
     private var sourceFD: CInt = -1
     private var destinationFD: CInt = -1
     private var outcome = FileCopyOutcome.copied
     private let probe = UnsafeMutableRawBufferPointer.allocate(byteCount: 1, alignment: 1)
+    /// The bytes between the read and the write; alive as long as this copy, which outlives its operations.
+    private let buffer: UnsafeMutableRawBufferPointer
 
-    init(
-        engine: IOEngine,
-        copy: LinkedCopy,
-        keepAlive: (any AnyObject & Sendable)?,
-        handler: @escaping @Sendable (FileCopyOutcome) -> Void
-    ) {
+    init(engine: IOEngine, copy: LinkedCopy, handler: @escaping @Sendable (FileCopyOutcome) -> Void) {
         self.engine = engine
         self.copy = copy
-        self.keepAlive = keepAlive
         self.handler = handler
+        buffer = .allocate(byteCount: copy.length, alignment: 4096)
     }
 
-    deinit { probe.deallocate() }
-
-    private var buffer: UnsafeMutableRawBufferPointer {
-        UnsafeMutableRawBufferPointer(start: copy.buffer, count: copy.length)
+    deinit {
+        probe.deallocate()
+        buffer.deallocate()
     }
 
     func start() {
@@ -490,7 +487,7 @@ private final class StepwiseCopy: @unchecked Sendable {
                 return closeSource()
             }
             destinationFD = CInt(opened.result)
-            engine.read(sourceFD, into: buffer, at: 0, keepAlive: keepAlive) { [self] read in
+            engine.read(sourceFD, into: buffer, at: 0, keepAlive: self) { [self] read in
                 if let error = read.error {
                     outcome = .failed(.read, error)
                 } else if read.result != copy.length {
@@ -503,11 +500,11 @@ private final class StepwiseCopy: @unchecked Sendable {
     }
 
     private func write() {
-        engine.write(destinationFD, from: UnsafeRawBufferPointer(buffer), at: 0, keepAlive: keepAlive) { [self] wrote in
+        engine.write(destinationFD, from: UnsafeRawBufferPointer(buffer), at: 0, keepAlive: self) { [self] wrote in
             if let error = wrote.error { outcome = .failed(.write, error) }
             guard outcome == .copied else { return closeSource() }
             // One byte past the expected end tells whether the source grew since its size was taken.
-            engine.read(sourceFD, into: probe, at: Int64(copy.length)) { [self] extra in
+            engine.read(sourceFD, into: probe, at: Int64(copy.length), keepAlive: self) { [self] extra in
                 if let error = extra.error {
                     outcome = .failed(.read, error)
                 } else if extra.result != 0 {

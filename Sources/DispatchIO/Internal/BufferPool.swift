@@ -25,10 +25,6 @@ final class BufferPool: @unchecked Sendable {
 
     /// The pool for read chunks of regular files and streams.
     static let shared = BufferPool(size: IOTuning.chunkSize, limit: 16)
-
-    /// The pool for whole small files copied in one submission (`IOChannel.copySmallFile`).
-    static let smallFiles = BufferPool(size: IOChannel.smallFileLimit, limit: 64)
-
     func take() -> UnsafeMutableRawPointer {
         if let buffer = lock.withLock({ idle.popLast() }) { return buffer }
         var pointer: UnsafeMutableRawPointer?

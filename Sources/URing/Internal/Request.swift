@@ -189,12 +189,11 @@ final class LinkedCopy: @unchecked Sendable {
     let destination: CPath
     let flags: CInt
     let mode: mode_t
-    let buffer: UnsafeMutableRawPointer
     let length: Int
 
     // Touched by the ring thread only, until the handler reads `outcome`.
-    /// The two registered-descriptor slots: the source's and the destination's.
-    var slots: (source: UInt32, destination: UInt32) = (0, 0)
+    /// The lane of registered-descriptor slots the copy runs in.
+    var lane: UInt32 = 0
     /// The one-byte read past the end, and whether its completion and the last close's have come.
     let probe = UnsafeMutablePointer<UInt8>.allocate(capacity: 1)
     var probeResult: Int32 = 0
@@ -203,12 +202,11 @@ final class LinkedCopy: @unchecked Sendable {
     var closeDone = false
     var outcome = FileCopyOutcome.copied
 
-    init(source: CPath, destination: CPath, flags: CInt, mode: mode_t, buffer: UnsafeMutableRawPointer, length: Int) {
+    init(source: CPath, destination: CPath, flags: CInt, mode: mode_t, length: Int) {
         self.source = source
         self.destination = destination
         self.flags = flags
         self.mode = mode
-        self.buffer = buffer
         self.length = length
     }
 

@@ -21,12 +21,16 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     private static let wakeID: UInt64 = 0
     private static let cancelAllID: UInt64 = .max
     /// A linked copy's requests carry its request's ID with the step (1...7) in the top byte; the closes
-    /// that free a failed copy's slots carry this tag there and the slot below.
+    /// that free a failed copy's slots carry this tag there and the lane below.
     private static let stepShift: UInt64 = 56
     private static let idMask: UInt64 = (1 << 56) - 1
-    private static let slotCleanupTag: UInt64 = 0xFE
-    /// Registered-descriptor slots for linked copies: two per copy in flight.
-    static let copySlots: UInt32 = 64
+    private static let laneCleanupTag: UInt64 = 0xFE
+    /// Linked copies in flight at once, each in a lane of four registered-descriptor slots: the source,
+    /// the destination, and the two ends of the lane's pipe.
+    static let copyLanes: UInt32 = 32
+    /// The pipe size asked for, which is the largest file a linked copy takes (`/proc/sys/fs/pipe-max-size`
+    /// is 1 MiB by default, so an unprivileged process gets it too).
+    static let copyPipeSize: CInt = 1 << 20
 
     private let ring: UnsafeMutablePointer<io_uring>
     private let wakeFD: CInt
@@ -36,8 +40,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     private let sleeping = Atomic<Bool>(false)
     private let ringThread = Atomic<UInt>(0)
     private let descriptorsOpen = Atomic<Int>(2)
-    /// Registered-descriptor slots taken by linked copies and not yet given back (for tests).
-    let copySlotsInUse = Atomic<Int>(0)
+    /// Lanes taken by linked copies and not yet given back (for tests).
+    let copyLanesInUse = Atomic<Int>(0)
 
     private let handoff = Lock()
     // Guarded by `handoff`.
@@ -51,8 +55,12 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     private var draining = false
     private var wakeArmed = false
     private var cancelAllPending = false
-    private var freeSlots: [UInt32] = []
-    /// Linked copies waiting for two free slots.
+    private var freeLanes: [UInt32] = []
+    /// Whether a lane's slots hold an empty pipe (made on the lane's first use, remade after a failure).
+    private var lanePipeReady: [Bool] = []
+    /// Closes still to complete before a failed copy's lane is free again.
+    private var laneCleanups: [Int] = []
+    /// Linked copies waiting for a free lane.
     private var copiesWaiting: [Request] = []
 
     /// Whether the kernel took the registered-descriptor table that linked copies use.
@@ -133,8 +141,13 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         // request resolves only when it runs (5.17), and a sparse table to open into (5.19). The table is
         // registered before the ring thread enables the ring, while no task owns it yet.
         let linkable = UInt32(IORING_FEAT_CQE_SKIP) | UInt32(IORING_FEAT_LINKED_FILE)
-        linkedCopies = features & linkable == linkable && io_uring_register_files_sparse(ring, Self.copySlots) == 0
-        if linkedCopies { freeSlots = Array((0..<Self.copySlots).reversed()) }
+        linkedCopies =
+            features & linkable == linkable && io_uring_register_files_sparse(ring, Self.copyLanes * 4) == 0
+        if linkedCopies {
+            freeLanes = Array((0..<Self.copyLanes).reversed())
+            lanePipeReady = Array(repeating: false, count: Int(Self.copyLanes))
+            laneCleanups = Array(repeating: 0, count: Int(Self.copyLanes))
+        }
         let efd = eventfd(0, CInt(EFD_CLOEXEC))
         guard efd >= 0 else {
             let error = Errno(rawValue: errno)
@@ -357,7 +370,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             return
         }
         let tag = id >> Self.stepShift
-        if tag == Self.slotCleanupTag { return freeSlot(UInt32(id & Self.idMask)) }
+        if tag == Self.laneCleanupTag { return cleanedUp(lane: Int(id & Self.idMask)) }
         guard let request = inFlight[id & Self.idMask] else { return }
         if case .linkedCopy(let copy) = request.op { return handleCopy(request, copy, step: tag, res: res) }
         if request.readinessEvents != 0 {
@@ -446,18 +459,31 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
 
     // MARK: Linked copies
 
-    /// Queues the seven linked requests of a whole-file copy, or parks the copy until two slots are free.
+    /// Queues the seven linked requests of a whole-file copy, or parks the copy until a lane is free.
     ///
-    /// Every step but the probe and the last close skips its completion when it succeeds; a step that
-    /// fails posts its own completion and cancels the rest of the chain without posting theirs (the
-    /// kernel skips a failed chain's completions when the failing request asked to skip its own). So a
-    /// copy ends with either one completion from steps 1–4, or with both the probe's and the last
-    /// close's. The probe and the first close are hard links: the probe "fails" whenever it finds the
-    /// end of the file (0 bytes where 1 was asked), and the closes must run after it either way.
+    /// The bytes go from the source's page cache into the lane's pipe by reference, and from the pipe
+    /// into the destination with one copy (`splice`), as cp's `copy_file_range` does; a read and a write
+    /// through a buffer would copy twice. Every step but the probe and the last close skips its completion
+    /// when it succeeds; a step that fails posts its own completion and cancels the rest of the chain
+    /// without posting theirs (the kernel skips a failed chain's completions when the failing request
+    /// asked to skip its own). So a copy ends with either one completion from steps 1–4, or with both the
+    /// probe's and the last close's. The probe and the first close are hard links: the probe "fails"
+    /// whenever it finds the end of the file (0 bytes where 1 was asked), and the closes must run after it
+    /// either way.
     private func prepareCopy(_ request: Request, _ copy: LinkedCopy) {
-        guard freeSlots.count >= 2 else { return copiesWaiting.append(request) }
-        copy.slots = (freeSlots.removeLast(), freeSlots.removeLast())
-        copySlotsInUse.add(2, ordering: .relaxed)
+        guard let lane = freeLanes.popLast() else { return copiesWaiting.append(request) }
+        copy.lane = lane
+        copyLanesInUse.add(1, ordering: .relaxed)
+        let slot = lane * 4
+        if !lanePipeReady[Int(lane)] {
+            guard installPipe(at: slot + 2) else {
+                // No pipe (out of descriptors or pipe memory): the caller copies it the ordinary way.
+                copy.outcome = .incomplete
+                freeLane(lane)
+                return request.handler(IOCompletion(result: 0))
+            }
+            lanePipeReady[Int(lane)] = true
+        }
         inFlight[request.id] = request
         // The whole chain must reach the kernel in one submission: a chain cut in two is two chains.
         while io_uring_sq_space_left(ring) < 7 {
@@ -468,7 +494,9 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         let hardLink = UInt8(1 << IOSQE_IO_HARDLINK_BIT)
         let skip = UInt8(1 << IOSQE_CQE_SKIP_SUCCESS_BIT)
         let fixed = UInt8(1 << IOSQE_FIXED_FILE_BIT)
-        let (source, destination) = copy.slots
+        let (source, destination, pipeRead, pipeWrite) = (slot, slot + 1, CInt(slot + 2), CInt(slot + 3))
+        let length = UInt32(copy.length)
+        let fixedInput = UInt32(SPLICE_F_FD_IN_FIXED)
         func add(_ step: UInt64, _ flags: UInt8, _ fill: (UnsafeMutablePointer<io_uring_sqe>) -> Void) {
             let sqe = io_uring_get_sqe(ring)!
             fill(sqe)
@@ -480,11 +508,28 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         add(2, link | skip) {
             io_uring_prep_openat_direct($0, AT_FDCWD, copy.destination.pointer, copy.flags, copy.mode, destination)
         }
-        add(3, link | skip | fixed) { io_uring_prep_read($0, CInt(source), copy.buffer, UInt32(copy.length), 0) }
-        add(4, link | skip | fixed) { io_uring_prep_write($0, CInt(destination), copy.buffer, UInt32(copy.length), 0) }
+        add(3, link | skip | fixed) { io_uring_prep_splice($0, CInt(source), 0, pipeWrite, -1, length, fixedInput) }
+        add(4, link | skip | fixed) {
+            io_uring_prep_splice($0, pipeRead, -1, CInt(destination), 0, length, fixedInput)
+        }
         add(5, hardLink | fixed) { io_uring_prep_read($0, CInt(source), copy.probe, 1, UInt64(copy.length)) }
         add(6, hardLink | skip) { io_uring_prep_close_direct($0, source) }
         add(7, 0) { io_uring_prep_close_direct($0, destination) }
+    }
+
+    /// Makes a pipe of ``copyPipeSize`` and puts its read and write ends in the registered slots at
+    /// `slot` and `slot + 1`, replacing (and so releasing) whatever pipe was there. The process keeps no
+    /// descriptor of it: the registered table holds the only references.
+    private func installPipe(at slot: UInt32) -> Bool {
+        var ends: [CInt] = [-1, -1]
+        guard CURing.pipe2(&ends, O_CLOEXEC) == 0 else { return false }
+        defer {
+            Glibc.close(ends[0])
+            Glibc.close(ends[1])
+        }
+        // A smaller pipe (a lower pipe-max-size) only makes larger files come back .incomplete.
+        _ = fcntl(ends[1], CURING_F_SETPIPE_SZ, Self.copyPipeSize)
+        return io_uring_register_files_update(ring, slot, &ends, 2) == 2
     }
 
     private func handleCopy(_ request: Request, _ copy: LinkedCopy, step: UInt64, res: Int32) {
@@ -496,13 +541,18 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             switch step {
             case 1: copy.outcome = .failed(.openSource, error(res))
             case 2: copy.outcome = .failed(.openDestination, error(res))
-            case 3: copy.outcome = res < 0 ? .failed(.read, error(res)) : .incomplete
-            default: copy.outcome = res < 0 ? .failed(.write, error(res)) : .incomplete
+            // EINVAL from a splice: a file the kernel cannot splice (a directory, a device without
+            // splice support). Separate reads and writes report the real error, so the caller gets to try.
+            case 3: copy.outcome = res < 0 && res != -EINVAL ? .failed(.read, error(res)) : .incomplete
+            default: copy.outcome = res < 0 && res != -EINVAL ? .failed(.write, error(res)) : .incomplete
             }
-            for slot in [copy.slots.source, copy.slots.destination] {
+            // Bytes may be left in the pipe: the lane gets a new one on its next use.
+            if step >= 3 { lanePipeReady[Int(copy.lane)] = false }
+            laneCleanups[Int(copy.lane)] = 2
+            for slot in [copy.lane * 4, copy.lane * 4 + 1] {
                 let sqe = nextSQE()
                 io_uring_prep_close_direct(sqe, slot)
-                io_uring_sqe_set_data64(sqe, Self.slotCleanupTag << Self.stepShift | UInt64(slot))
+                io_uring_sqe_set_data64(sqe, Self.laneCleanupTag << Self.stepShift | UInt64(copy.lane))
             }
             finish(request, IOCompletion(result: 0))
             return
@@ -524,16 +574,21 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         } else if copy.probeResult > 0 {
             copy.outcome = .incomplete
         }
-        freeSlot(copy.slots.source)
-        freeSlot(copy.slots.destination)
+        freeLane(copy.lane)
         finish(request, IOCompletion(result: 0))
     }
 
-    /// Returns a slot, and starts a waiting copy once two are free.
-    private func freeSlot(_ slot: UInt32) {
-        freeSlots.append(slot)
-        copySlotsInUse.subtract(1, ordering: .relaxed)
-        if freeSlots.count >= 2, !copiesWaiting.isEmpty {
+    /// One of a failed copy's two closes completed (an empty slot's `EBADF` included).
+    private func cleanedUp(lane: Int) {
+        laneCleanups[lane] -= 1
+        if laneCleanups[lane] == 0 { freeLane(UInt32(lane)) }
+    }
+
+    /// Returns a lane, and starts the copy that waited longest for one.
+    private func freeLane(_ lane: UInt32) {
+        freeLanes.append(lane)
+        copyLanesInUse.subtract(1, ordering: .relaxed)
+        if !copiesWaiting.isEmpty {
             let next = copiesWaiting.removeFirst()
             draining ? cancelUnsubmitted(next) : local.append(next)
         }
