@@ -47,5 +47,6 @@ static inline int curing_enable_rings(struct io_uring *ring) {
 #define CURING_RWF_NOWAIT 0x00000008
 #define CURING_POLLRDHUP 0x2000
 #define CURING_F_SETPIPE_SZ 1031
+#define CURING_F_GETPIPE_SZ 1032
 
 #endif

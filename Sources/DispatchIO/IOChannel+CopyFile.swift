@@ -10,8 +10,8 @@ extension IOChannel {
     package static let smallFileLimit = IOEngine.wholeFileCopyLimit
 
     /// Copies a small regular file whole, with no channel: open, create, transfer and close run as one
-    /// linked io_uring submission (see `IOEngine.copyFile`), and the bytes never pass through this
-    /// process.
+    /// linked io_uring submission (see `IOEngine.copyFile`), and the bytes pass through no buffer of this
+    /// process (on the POSIX engine, the same steps run one by one through a buffer).
     ///
     /// A channel per file costs more than the copy itself when files are a few KiB: two channels, their
     /// queues and operations, and a round trip through the ring for each step. This is the path for
@@ -20,7 +20,8 @@ extension IOChannel {
     /// - Parameters:
     ///   - flags: How to open the destination (`O_WRONLY | O_CREAT | O_EXCL` for a new file).
     ///   - size: The source's size from its `statx`, 1 through ``smallFileLimit``. A source that no longer
-    ///     has this size is reported as `.incomplete` and must be copied again through channels.
+    ///     has this size is reported as `.incomplete`, and one the engine could not take as `.notStarted`:
+    ///     both must be copied again through channels.
     ///   - handler: Runs exactly once, on an engine thread, so it must be short and must not block; it
     ///     receives how the copy ended.
     package static func copySmallFile(

@@ -364,25 +364,27 @@ package final class IOEngine: Sendable {
     /// with `flags` and `permissions`, moves `length` bytes, checks that the source ends there, and closes
     /// both.
     ///
-    /// On io_uring this is one linked submission of seven requests on registered (direct) descriptors,
-    /// which the kernel runs one after the other, in one worker, without coming back to this process
-    /// between them: the cost per file is close to cp's system calls, where separate operations would
-    /// cost a round trip through the ring each. The bytes are spliced through a pipe the engine owns, so
-    /// they are copied once, from the source's page cache into the destination's, and no buffer of this
-    /// process holds them. Without registered descriptors (the POSIX engine, a kernel before 5.19, or a
-    /// table the kernel refused) the same steps run as separate operations through a buffer, with the same
-    /// outcomes.
+    /// On io_uring this is one linked submission of seven requests on registered (direct) descriptors:
+    /// the kernel issues each step from the previous one's completion, without a round trip through this
+    /// process, so the cost per file is close to cp's system calls, where separate operations would cost
+    /// a trip through the ring each. The bytes are spliced through a pipe the engine owns, so they are
+    /// copied once, from the source's page cache into the destination's, and no buffer of this process
+    /// holds them. Without registered descriptors (the POSIX engine, a kernel before 5.19, or a table the
+    /// kernel refused) the same steps run as separate operations through a buffer, with the same
+    /// outcomes, except that a file the ring cannot splice is ``FileCopyOutcome/incomplete`` there.
     ///
     /// `length` is the size the caller found (its `statx`); the copy does not read past it. A source
     /// that no longer holds exactly `length` bytes is reported as ``FileCopyOutcome/incomplete`` rather
-    /// than copied in part: the caller copies it again the ordinary way, which reads to its end.
+    /// than copied in part, and the caller copies it again the ordinary way.
     ///
     /// The handler runs exactly once, on an engine thread (see ``CompletionHandler``). The copy cannot be
-    /// cancelled on its own; ``shutdown()`` ends it with `ECANCELED`.
+    /// cancelled on its own; after ``shutdown()`` it ends as `.failed(.openSource, …)` with `ECANCELED` or
+    /// `ESHUTDOWN`. On io_uring, a request of the chain that the kernel refuses at submission also shows
+    /// as `.failed(.openSource, ECANCELED)`: the kernel fails the chain's first request in its place.
     ///
     /// - Parameters:
-    ///   - flags: How to open the destination, for example `O_WRONLY | O_CREAT | O_EXCL`; `O_CLOEXEC` is
-    ///     added where descriptors are ordinary ones.
+    ///   - flags: How to open the destination, for example `O_WRONLY | O_CREAT | O_EXCL`. `O_CLOEXEC` is
+    ///     added to ordinary descriptors, and left out of registered ones (which refuse it).
     ///   - length: Bytes to copy, 1 through ``wholeFileCopyLimit``.
     package func copyFile(
         from source: FilePath,
@@ -404,7 +406,10 @@ package final class IOEngine: Sendable {
             length: length
         )
         if backend.linkedCopies {
-            _ = backend.submit(.linkedCopy(copy), keepAlive: nil) { _ in handler(copy.outcome) }
+            // An error here is the engine's own (shut down, or drained before the chain was submitted).
+            _ = backend.submit(.linkedCopy(copy), keepAlive: nil) { completion in
+                handler(completion.error.map { .failed(.openSource, $0) } ?? copy.outcome)
+            }
         } else {
             StepwiseCopy(engine: self, copy: copy, handler: handler).start()
         }
@@ -432,11 +437,16 @@ package enum FileCopyOutcome: Sendable, Equatable {
     /// A transfer came back short: the source does not hold exactly the bytes asked for any more (it
     /// shrank or grew since its size was taken), or the destination took fewer; or the kernel cannot
     /// splice between these two files (`EINVAL`: a directory, a device), where plain reads and writes
-    /// would report the real error. Both are closed; the destination was opened, so it exists with
-    /// unspecified content and must be copied again the ordinary way.
+    /// would report the real error. The destination was opened (created, with `O_EXCL`), so it exists
+    /// with unspecified content and must be copied again the ordinary way. The engine closes both.
     case incomplete
-    /// A step failed with this error, and nothing after it ran; both files are closed. The destination
-    /// exists if the failed step was `.read`, `.write` or `.closeDestination`.
+    /// Nothing was opened: the engine could not take this copy (no pipe for it, or a pipe smaller than
+    /// the file). Copy the file the ordinary way.
+    case notStarted
+    /// A step failed with this error, and nothing after it ran; the engine closes whatever was opened.
+    /// The destination exists if the failed step was `.read`, `.write` or `.closeDestination`. (On
+    /// io_uring, closing a registered descriptor only drops the table's reference, so an error a file
+    /// system reports at close is not seen there.)
     case failed(FileCopyStep, Errno)
 }
 

@@ -53,6 +53,8 @@ final class FileCopy: @unchecked Sendable {
     private var finishing = false
     /// The destination was made by the exclusive create, so it is a regular file.
     private var createdDestination = false
+    /// The size from `statx` is not to be trusted: a whole-file copy found the source's size changed.
+    private var readToEnd = false
 
     /// The destination's directory was made by this run, so nothing can be at the destination yet: its
     /// `statx` is skipped, as cp skips its `stat` there (the exclusive create still catches a race).
@@ -167,10 +169,16 @@ final class FileCopy: @unchecked Sendable {
             case .copied:
                 copier.meter?.add(Int(info.size))
                 completion()
+            case .notStarted:
+                openSource(info, existed: false)
             case .incomplete:
-                // The source changed size since its statx: copy it again through channels, which read to
-                // its end, over the file just created.
-                openSource(info, existed: true)
+                // The source changed size since its statx, or cannot be spliced: copy it again through
+                // channels, to its end whatever its size now. The file just made is removed first, and
+                // made again by the exclusive create: it has the source's mode, which may not let its owner
+                // open it for writing again (a read-only source).
+                unlink(destination)
+                lock.withLock { readToEnd = true }
+                openSource(info, existed: false)
             case .failed(let step, let failure):
                 queue.async { [self] in
                     copier.fail(message(step, failure))
@@ -238,7 +246,7 @@ final class FileCopy: @unchecked Sendable {
         // A file this copy created is regular; an existing destination may be a device or a FIFO.
         positionedOutput =
             createdDestination || fstat(destinationFD, &status) == 0 && status.st_mode & S_IFMT == S_IFREG
-        if seekable && info.size > 0 {
+        if seekable && info.size > 0 && !lock.withLock({ readToEnd }) {
             size = info.size
             // Fewer blocks than the size needs means holes: copy only the data extents.
             sparse = positionedOutput && Int64(info.blocks) * 512 < info.size

@@ -212,6 +212,23 @@ struct DcopyTests {
         }
     }
 
+    @Test func readOnlyFilesCopyAsUnprivilegedUser() throws {
+        try inScratch { scratch in
+            // A small file is created with its source's mode and written through the same (registered)
+            // descriptor: a read-only mode must not stop its owner, as with cp.
+            let drop = isRoot ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : ""
+            let result = try both(
+                scratch,
+                setup: "chmod 777 .; mkdir src; head -c 5000 ../rand > src/a; head -c 200000 ../rand > src/b; "
+                    + "chmod 444 src/a; chmod 400 src/b; chmod 755 src; chown -R 65534 src",
+                "\(drop) %cp -r src dst",
+                check: Self.listing
+            )
+            #expect(result.ours.status == 0)
+            expectSame(result)
+        }
+    }
+
     @Test func danglingSymlinkDestinationIsNotWrittenThrough() throws {
         try inScratch { scratch in
             // cp: not writing through dangling symlink 'link' (a new file is created with O_EXCL).

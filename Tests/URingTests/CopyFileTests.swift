@@ -90,6 +90,7 @@ struct CopyFileTests {
             // On io_uring, a copy that came back short left bytes in its lane's pipe, and the next copy
             // runs in that lane: it must not see them.
             _ = await copy(engine, dir.file("src"), dir.file("d"), length: 6000)
+            try await waitForSlots(engine)
             let next = await copy(engine, dir.file("other"), dir.file("e"), length: 3000)
             #expect(next == .copied)
             expectContent(dir.file("e"), [UInt8](repeating: 7, count: 3000))
@@ -112,6 +113,37 @@ struct CopyFileTests {
             #expect(written == (kind == .uring ? .incomplete : .failed(.write, .noSpace)))
             try await waitForSlots(engine)
         }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func closeOnExecIsAcceptedInTheFlags(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        writeFile(dir.file("src"), Array("bytes".utf8))
+        try await withEngine(kind) { engine in
+            // Registered descriptors refuse O_CLOEXEC; the engine must leave it out there, not fail.
+            let outcome = await copy(
+                engine,
+                dir.file("src"),
+                dir.file("dst"),
+                length: 5,
+                flags: O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC
+            )
+            #expect(outcome == .copied)
+            expectContent(dir.file("dst"), Array("bytes".utf8))
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
+    func aCopyAfterShutdownFailsWithoutTouchingAnything(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        writeFile(dir.file("src"), Array("bytes".utf8))
+        let engine = try IOEngine(kind: kind)
+        engine.shutdown()
+        let outcome = await copy(engine, dir.file("src"), dir.file("dst"), length: 5)
+        #expect(outcome == .failed(.openSource, .socketShutdown))
+        #expect(access(dir.file("dst"), F_OK) != 0)
     }
 
     /// More copies at once than the engine has slots for: the rest wait for slots, and all complete.

@@ -183,7 +183,7 @@ final class CPath: @unchecked Sendable {
     deinit { free(pointer) }
 }
 
-/// The arguments and the progress of ``IOEngine/copyFile(from:to:flags:permissions:length:buffer:keepAlive:then:)``.
+/// The arguments and the progress of ``IOEngine/copyFile(from:to:flags:permissions:length:then:)``.
 final class LinkedCopy: @unchecked Sendable {
     let source: CPath
     let destination: CPath

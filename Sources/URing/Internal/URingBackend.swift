@@ -58,6 +58,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     private var freeLanes: [UInt32] = []
     /// Whether a lane's slots hold an empty pipe (made on the lane's first use, remade after a failure).
     private var lanePipeReady: [Bool] = []
+    /// The size the kernel gave each lane's pipe: a longer file cannot go through it in one splice.
+    private var lanePipeSize: [Int] = []
     /// Closes still to complete before a failed copy's lane is free again.
     private var laneCleanups: [Int] = []
     /// Linked copies waiting for a free lane.
@@ -138,7 +140,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             }
         }
         // Linked copies need requests that skip their completion on success (5.17), descriptors a linked
-        // request resolves only when it runs (5.17), and a sparse table to open into (5.19). The table is
+        // request resolves only when it runs (5.18), and a sparse table to open into (5.19). The table is
         // registered before the ring thread enables the ring, while no task owns it yet.
         let linkable = UInt32(IORING_FEAT_CQE_SKIP) | UInt32(IORING_FEAT_LINKED_FILE)
         linkedCopies =
@@ -146,6 +148,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         if linkedCopies {
             freeLanes = Array((0..<Self.copyLanes).reversed())
             lanePipeReady = Array(repeating: false, count: Int(Self.copyLanes))
+            lanePipeSize = Array(repeating: 0, count: Int(Self.copyLanes))
             laneCleanups = Array(repeating: 0, count: Int(Self.copyLanes))
         }
         let efd = eventfd(0, CInt(EFD_CLOEXEC))
@@ -475,20 +478,26 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         copy.lane = lane
         copyLanesInUse.add(1, ordering: .relaxed)
         let slot = lane * 4
-        if !lanePipeReady[Int(lane)] {
-            guard installPipe(at: slot + 2) else {
-                // No pipe (out of descriptors or pipe memory): the caller copies it the ordinary way.
-                copy.outcome = .incomplete
-                freeLane(lane)
-                return request.handler(IOCompletion(result: 0))
-            }
+        if !lanePipeReady[Int(lane)], let size = installPipe(at: slot + 2) {
             lanePipeReady[Int(lane)] = true
+            lanePipeSize[Int(lane)] = size
+        }
+        guard lanePipeReady[Int(lane)] && copy.length <= lanePipeSize[Int(lane)] else {
+            // No pipe (out of descriptors or pipe memory), or a smaller one than asked for (a lower
+            // pipe-max-size, the user's pipe-user-pages limit): the caller copies it the ordinary way.
+            copy.outcome = .notStarted
+            freeLane(lane)
+            return request.handler(IOCompletion(result: 0))
         }
         inFlight[request.id] = request
         // The whole chain must reach the kernel in one submission: a chain cut in two is two chains.
         while io_uring_sq_space_left(ring) < 7 {
             let rc = io_uring_submit(ring)
-            if rc == -EBUSY || rc == -EAGAIN { reapAll?() }
+            if rc == -EBUSY || rc == -EAGAIN {
+                reapAll?()
+            } else if rc < 0 && rc != -EINTR {
+                preconditionFailure("io_uring_enter failed: \(Errno(rawValue: -rc))")
+            }
         }
         let link = UInt8(1 << IOSQE_IO_LINK_BIT)
         let hardLink = UInt8(1 << IOSQE_IO_HARDLINK_BIT)
@@ -506,7 +515,14 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         // O_CLOEXEC is refused for direct descriptors (they are not in the process's table at all).
         add(1, link | skip) { io_uring_prep_openat_direct($0, AT_FDCWD, copy.source.pointer, O_RDONLY, 0, source) }
         add(2, link | skip) {
-            io_uring_prep_openat_direct($0, AT_FDCWD, copy.destination.pointer, copy.flags, copy.mode, destination)
+            io_uring_prep_openat_direct(
+                $0,
+                AT_FDCWD,
+                copy.destination.pointer,
+                copy.flags & ~O_CLOEXEC,
+                copy.mode,
+                destination
+            )
         }
         add(3, link | skip | fixed) { io_uring_prep_splice($0, CInt(source), 0, pipeWrite, -1, length, fixedInput) }
         add(4, link | skip | fixed) {
@@ -517,19 +533,21 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         add(7, 0) { io_uring_prep_close_direct($0, destination) }
     }
 
-    /// Makes a pipe of ``copyPipeSize`` and puts its read and write ends in the registered slots at
-    /// `slot` and `slot + 1`, replacing (and so releasing) whatever pipe was there. The process keeps no
-    /// descriptor of it: the registered table holds the only references.
-    private func installPipe(at slot: UInt32) -> Bool {
+    /// Makes a pipe of ``copyPipeSize`` (or what the kernel grants) and puts its read and write ends in
+    /// the registered slots at `slot` and `slot + 1`, replacing (and so releasing) whatever pipe was there.
+    /// The process keeps no descriptor of it: the registered table holds the only references. Returns the
+    /// pipe's size, or nil when there is no pipe.
+    private func installPipe(at slot: UInt32) -> Int? {
         var ends: [CInt] = [-1, -1]
-        guard CURing.pipe2(&ends, O_CLOEXEC) == 0 else { return false }
+        guard CURing.pipe2(&ends, O_CLOEXEC) == 0 else { return nil }
         defer {
             Glibc.close(ends[0])
             Glibc.close(ends[1])
         }
-        // A smaller pipe (a lower pipe-max-size) only makes larger files come back .incomplete.
         _ = fcntl(ends[1], CURING_F_SETPIPE_SZ, Self.copyPipeSize)
-        return io_uring_register_files_update(ring, slot, &ends, 2) == 2
+        let size = Int(fcntl(ends[1], CURING_F_GETPIPE_SZ))
+        guard size > 0, io_uring_register_files_update(ring, slot, &ends, 2) == 2 else { return nil }
+        return size
     }
 
     private func handleCopy(_ request: Request, _ copy: LinkedCopy, step: UInt64, res: Int32) {
