@@ -178,14 +178,14 @@ private func copy(
     mode: CModeT = 0o644,
     flags: CInt = O_WRONLY | O_CREAT | O_EXCL
 ) async -> FileCopyOutcome {
-    await withCheckedContinuation { continuation in
+    await awaitCallback(orElse: .failed(.openSource, .timedOut)) { deliver in
         engine.copyFile(
             from: FilePath(source),
             to: FilePath(destination),
             flags: flags,
             permissions: FilePermissions(rawValue: mode),
             length: length
-        ) { continuation.resume(returning: $0) }
+        ) { deliver($0) }
     }
 }
 

@@ -204,15 +204,15 @@ struct EngineTests {
             }
             #expect(await complete { engine.fsync(fd, then: $0) } == IOCompletion(result: 0))
             #expect(await complete { engine.fsync(fd, dataOnly: true, then: $0) } == IOCompletion(result: 0))
-            let status = await withCheckedContinuation { c in
-                engine.stat(path: FilePath(dir.file("new"))) { c.resume(returning: $0) }
+            let status = await awaitCallback(orElse: .failure(.timedOut)) { c in
+                engine.stat(path: FilePath(dir.file("new"))) { c($0) }
             }
             let st = try status.get()
             #expect(st.size == 1000)
             #expect(st.isRegularFile)
             #expect(st.mode & 0o777 == 0o600)
-            let viaFD = await withCheckedContinuation { c in
-                engine.stat(fd, path: "", flags: IOEngine.emptyPathFlag) { c.resume(returning: $0) }
+            let viaFD = await awaitCallback(orElse: .failure(.timedOut)) { c in
+                engine.stat(fd, path: "", flags: IOEngine.emptyPathFlag) { c($0) }
             }
             #expect(try viaFD.get().inode == st.inode)
             #expect(await complete { engine.close(fd, then: $0) } == IOCompletion(result: 0))
@@ -225,11 +225,11 @@ struct EngineTests {
         try await withEngine(kind) { engine in
             let opened = await complete { engine.openat(path: "/nonexistent/dir/file", flags: O_RDONLY, then: $0) }
             #expect(opened.error == .noSuchFileOrDirectory)
-            let status = await withCheckedContinuation { c in
-                engine.stat(path: "/nonexistent/file") { c.resume(returning: $0) }
+            let status = await awaitCallback(orElse: .failure(.timedOut)) { c in
+                engine.stat(path: "/nonexistent/file") { c($0) }
             }
             #expect(throws: Errno.noSuchFileOrDirectory) { try status.get() }
-            let dir = await withCheckedContinuation { c in engine.stat(path: "/tmp") { c.resume(returning: $0) } }
+            let dir = await awaitCallback(orElse: .failure(.timedOut)) { c in engine.stat(path: "/tmp") { c($0) } }
             let isDirectory = try dir.get().isDirectory
             #expect(isDirectory)
         }
@@ -249,7 +249,7 @@ struct EngineTests {
             let fd = openFile(dir.file("f"))
             defer { close(fd) }
             let data = Buffer(count: 16, fill: 1)
-            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            await awaitCallback(orElse: ()) { (done: @escaping @Sendable (()) -> Void) in
                 for thread in 0..<threads {
                     let start = thread * (total / threads)
                     Thread.detach {
@@ -258,7 +258,7 @@ struct EngineTests {
                                 #expect(completion.error == nil)
                                 counts.withLock { $0[index] += 1 }
                                 if finished.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue == total {
-                                    done.resume()
+                                    done(())
                                 }
                             }
                             // A mix of nops and small positioned writes.
@@ -311,10 +311,11 @@ struct EngineTests {
     @Test(arguments: EngineKind.allCases)
     func cancellingSomethingFinishedReportsENOENT(kind: EngineKind) async throws {
         try await withEngine(kind) { engine in
-            let id = await withCheckedContinuation { c in
+            let finished = await awaitCallback(orElse: OperationID?.none) { c in
                 let box = Locked<OperationID?>(nil)
-                box.withLock { $0 = engine.nop { _ in c.resume(returning: box.withLock { $0 }!) } }
+                box.withLock { $0 = engine.nop { _ in c(box.withLock { $0 }) } }
             }
+            guard let id = finished else { return }
             let cancel = await complete { engine.cancel(id, then: $0) }
             #expect(cancel.error == .noSuchFileOrDirectory)
         }
@@ -402,12 +403,12 @@ struct EngineTests {
             // Many at once, in reverse order: each still not early.
             let deadlines = (1...50).map { clock.now + .microseconds(200 * (51 - $0)) }
             let early = Atomic<Int>(0)
-            await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            await awaitCallback(orElse: ()) { (done: @escaping @Sendable (()) -> Void) in
                 let left = Atomic<Int>(deadlines.count)
                 for deadline in deadlines {
                     engine.timeout(deadline: deadline) { _ in
                         if clock.now < deadline { early.add(1, ordering: .relaxed) }
-                        if left.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { done.resume() }
+                        if left.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { done(()) }
                     }
                 }
             }

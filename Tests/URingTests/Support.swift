@@ -6,10 +6,45 @@ import URing
 import Glibc
 #endif
 
-/// Runs one engine operation and returns its completion.
-func complete(_ submit: (@escaping CompletionHandler) -> Void) async -> IOCompletion {
-    await withCheckedContinuation { continuation in
-        submit { continuation.resume(returning: $0) }
+/// Runs one engine operation and returns its completion (or, after 30 s without one, records an issue and
+/// returns `ETIMEDOUT`).
+func complete(
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ submit: (@escaping CompletionHandler) -> Void
+) async -> IOCompletion {
+    await awaitCallback(orElse: IOCompletion(result: -1, error: .timedOut), sourceLocation: sourceLocation) {
+        submit($0)
+    }
+}
+
+/// Awaits a value delivered to a callback, giving up after `limit`: a value that never comes records an
+/// issue and returns `fallback`, so that a regression fails its test instead of hanging the whole run (a
+/// suite's `.timeLimit` cannot end a wait on a continuation). A value after that is dropped.
+func awaitCallback<T: Sendable>(
+    _ limit: Duration = .seconds(30),
+    orElse fallback: T,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ start: (@escaping @Sendable (T) -> Void) -> Void
+) async -> T {
+    let waiter = Locked<CheckedContinuation<T, Never>?>(nil)
+    let take: @Sendable () -> CheckedContinuation<T, Never>? = {
+        waiter.withLock { slot in
+            defer { slot = nil }
+            return slot
+        }
+    }
+    return await withCheckedContinuation { continuation in
+        waiter.withLock { $0 = continuation }
+        let timer = Task {
+            try? await Task.sleep(for: limit)
+            guard !Task.isCancelled, let continuation = take() else { return }
+            Issue.record("no result within \(limit)", sourceLocation: sourceLocation)
+            continuation.resume(returning: fallback)
+        }
+        start { value in
+            timer.cancel()
+            take()?.resume(returning: value)
+        }
     }
 }
 
@@ -140,6 +175,9 @@ struct NoDescriptorLeaks: SuiteTrait, TestScoping {
     ) async throws {
         // The shared engine lives for the whole process; create it first so it is not counted as a leak.
         _ = IOEngine.shared
+        // So does the concurrency runtime's timer (libdispatch's, on Linux), which opens a descriptor on
+        // its first use: `awaitCallback`'s time limit is a `Task.sleep`.
+        try? await Task.sleep(for: .milliseconds(1))
         let before = openDescriptorCount()
         try await function()
         let after = openDescriptorCount()
@@ -156,7 +194,7 @@ extension Trait where Self == NoDescriptorLeaks {
 final class Pending: @unchecked Sendable {
     private let lock = Lock()
     private var result: IOCompletion?
-    private var waiter: CheckedContinuation<IOCompletion, Never>?
+    private var waiter: (@Sendable (IOCompletion) -> Void)?
     private(set) var id: OperationID?
 
     init(_ submit: (@escaping CompletionHandler) -> OperationID) {
@@ -169,7 +207,7 @@ final class Pending: @unchecked Sendable {
         if let waiter {
             self.waiter = nil
             lock.unlock()
-            waiter.resume(returning: completion)
+            waiter(completion)
         } else {
             result = completion
             lock.unlock()
@@ -178,13 +216,13 @@ final class Pending: @unchecked Sendable {
 
     var value: IOCompletion {
         get async {
-            await withCheckedContinuation { continuation in
+            await awaitCallback(orElse: IOCompletion(result: -1, error: .timedOut)) { deliver in
                 lock.lock()
                 if let result {
                     lock.unlock()
-                    continuation.resume(returning: result)
+                    deliver(result)
                 } else {
-                    waiter = continuation
+                    waiter = deliver
                     lock.unlock()
                 }
             }
