@@ -68,10 +68,16 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     /// Whether the kernel took the registered-descriptor table that linked copies use.
     let linkedCopies: Bool
 
-    /// The flag sets tried in order: the newest first (one issuer, completions run when the ring thread
-    /// asks for them), then plainer ones for older kernels.
+    /// The flag sets tried in order: the newest first (one issuer; the kernel's task work waits for this
+    /// thread's next system call instead of interrupting it), then plainer ones for older kernels.
+    ///
+    /// Not `DEFER_TASKRUN`: with it, a request completed by an io_uring worker is finished as task work
+    /// on the ring thread, and the next request of a linked chain is issued from there, so each step of a
+    /// linked copy went worker → ring thread → worker. Without it, the worker posts the completion and runs
+    /// the next step itself. Measured on 10,000 small files: context switches 10,000–12,000 → 2,900–3,600,
+    /// 149 → 142 ms in alternating runs; dcat to /dev/null 186 → 175 ms; a pipe into dcat unchanged.
     private static let setupFlagSets: [UInt32] = [
-        UInt32(IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_R_DISABLED)
+        UInt32(IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_R_DISABLED)
             | UInt32(IORING_SETUP_CQSIZE),
         UInt32(IORING_SETUP_CQSIZE),
         0,
@@ -304,8 +310,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
                     wait = 0
                 }
             }
-            // With DEFER_TASKRUN, completions are only posted when the ring thread enters with
-            // GETEVENTS, so the non-blocking path asks for them too.
+            // With COOP_TASKRUN, task work that posts completions runs when this thread enters the kernel,
+            // so the non-blocking path asks for completions too.
             let rc = wait == 1 ? io_uring_submit_and_wait(ring, 1) : io_uring_submit_and_get_events(ring)
             sleeping.store(false, ordering: .relaxed)
             if rc < 0 && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN && rc != -ETIME {
