@@ -1,10 +1,6 @@
 import SystemPackage
 import URing
 
-#if canImport(Glibc)
-import Glibc
-#endif
-
 extension IOChannel {
     /// The largest file ``copySmallFile(from:to:flags:permissions:size:engine:then:)`` takes (1 MiB).
     package static let smallFileLimit = IOEngine.wholeFileCopyLimit

@@ -460,7 +460,6 @@ private final class StepwiseCopy: @unchecked Sendable {
     private var sourceFD: CInt = -1
     private var destinationFD: CInt = -1
     private var outcome = FileCopyOutcome.copied
-    private let probe = UnsafeMutableRawBufferPointer.allocate(byteCount: 1, alignment: 1)
     /// The bytes between the read and the write; alive as long as this copy, which outlives its operations.
     private let buffer: UnsafeMutableRawBufferPointer
 
@@ -471,10 +470,7 @@ private final class StepwiseCopy: @unchecked Sendable {
         buffer = .allocate(byteCount: copy.length, alignment: 4096)
     }
 
-    deinit {
-        probe.deallocate()
-        buffer.deallocate()
-    }
+    deinit { buffer.deallocate() }
 
     func start() {
         _ = engine.backend.submit(
@@ -514,6 +510,7 @@ private final class StepwiseCopy: @unchecked Sendable {
             if let error = wrote.error { outcome = .failed(.write, error) }
             guard outcome == .copied else { return closeSource() }
             // One byte past the expected end tells whether the source grew since its size was taken.
+            let probe = UnsafeMutableRawBufferPointer(start: copy.probe, count: 1)
             engine.read(sourceFD, into: probe, at: Int64(copy.length), keepAlive: self) { [self] extra in
                 if let error = extra.error {
                     outcome = .failed(.read, error)

@@ -135,7 +135,7 @@ final class FileCopy: @unchecked Sendable {
         engine.openat(path: FilePath(source), flags: O_RDONLY) { [self] result in
             let opened = lock.withLock { () -> Bool in
                 if let failure = result.error {
-                    error = "cannot open '\(source)' for reading: \(describe(failure))"
+                    error = message(.openSource, failure)
                     return false
                 }
                 sourceFD = CInt(result.result)
@@ -175,10 +175,13 @@ final class FileCopy: @unchecked Sendable {
                 // The source changed size since its statx, or cannot be spliced: copy it again through
                 // channels, to its end whatever its size now. The file just made is removed first, and
                 // made again by the exclusive create: it has the source's mode, which may not let its owner
-                // open it for writing again (a read-only source).
-                unlink(destination)
-                lock.withLock { readToEnd = true }
-                openSource(info, existed: false)
+                // open it for writing again (a read-only source). On the queue: `unlink` can block, and
+                // this handler runs on the ring thread.
+                queue.async { [self] in
+                    unlink(destination)
+                    lock.withLock { readToEnd = true }
+                    openSource(info, existed: false)
+                }
             case .failed(let step, let failure):
                 queue.async { [self] in
                     copier.fail(message(step, failure))
@@ -188,10 +191,12 @@ final class FileCopy: @unchecked Sendable {
         }
     }
 
-    /// The channel path's message for a failed step of a whole-file copy.
-    private func message(_ step: FileCopyStep, _ failure: Errno) -> String {
+    /// cp's message for a failed step, on either path. `existed`: the destination was there before (it is
+    /// opened for writing, not created).
+    private func message(_ step: FileCopyStep, _ failure: Errno, existed: Bool = false) -> String {
         switch step {
         case .openSource: "cannot open '\(source)' for reading: \(describe(failure))"
+        case .openDestination where existed: "cannot open '\(destination)' for writing: \(describe(failure))"
         case .openDestination:
             danglingLinkRefusal(failure, existed: false)
                 ?? "cannot create regular file '\(destination)': \(describe(failure))"
@@ -208,13 +213,8 @@ final class FileCopy: @unchecked Sendable {
         let flags = O_WRONLY | O_CREAT | O_TRUNC | (existed ? 0 : O_EXCL)
         engine.openat(path: FilePath(destination), flags: flags, permissions: permissions) { [self] result in
             lock.withLock {
-                if let failure = result.error, let refusal = danglingLinkRefusal(failure, existed: existed) {
-                    error = refusal
-                } else if let failure = result.error {
-                    let what =
-                        existed
-                        ? "cannot open '\(destination)' for writing" : "cannot create regular file '\(destination)'"
-                    error = "\(what): \(describe(failure))"
+                if let failure = result.error {
+                    error = message(.openDestination, failure, existed: existed)
                 } else {
                     destinationFD = CInt(result.result)
                     createdDestination = !existed
@@ -349,7 +349,7 @@ final class FileCopy: @unchecked Sendable {
             if let data { collected.withLock { $0.append(data) } }
             guard done else { return }
             if let failure {
-                chunkDone(error: "error reading '\(source)': \(describe(failure))")
+                chunkDone(error: message(.read, failure))
                 return
             }
             let data = collected.withLock { $0 }
@@ -364,7 +364,7 @@ final class FileCopy: @unchecked Sendable {
             output.write(offset: offset, data: data, queue: queue) { [self] done, _, failure in
                 guard done else { return }
                 copier.meter?.add(data.count)
-                chunkDone(error: failure.map { "error writing '\(destination)': \(describe($0))" })
+                chunkDone(error: failure.map { message(.write, $0) })
             }
         }
     }
@@ -385,7 +385,7 @@ final class FileCopy: @unchecked Sendable {
         let (failure, sizeToSet) = lock.withLock { (error, sparse ? size : nil) }
         if failure == nil, let sizeToSet, ftruncate(destinationFD, off_t(sizeToSet)) != 0 {
             let failure = Errno(rawValue: errno)
-            lock.withLock { error = "error writing '\(destination)': \(describe(failure))" }
+            lock.withLock { error = message(.write, failure) }
         }
         if failure == nil && copier.options.preserve, let info = lock.withLock({ sourceInfo }) {
             if fchown(destinationFD, info.uid, info.gid) != 0 {

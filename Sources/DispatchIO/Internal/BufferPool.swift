@@ -25,6 +25,7 @@ final class BufferPool: @unchecked Sendable {
 
     /// The pool for read chunks of regular files and streams.
     static let shared = BufferPool(size: IOTuning.chunkSize, limit: 16)
+
     func take() -> UnsafeMutableRawPointer {
         if let buffer = lock.withLock({ idle.popLast() }) { return buffer }
         var pointer: UnsafeMutableRawPointer?

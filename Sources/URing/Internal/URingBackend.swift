@@ -56,9 +56,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     private var wakeArmed = false
     private var cancelAllPending = false
     private var freeLanes: [UInt32] = []
-    /// Whether a lane's slots hold an empty pipe (made on the lane's first use, remade after a failure).
-    private var lanePipeReady: [Bool] = []
-    /// The size the kernel gave each lane's pipe: a longer file cannot go through it in one splice.
+    /// The size the kernel gave each lane's pipe (a longer file cannot go through it in one splice), or 0
+    /// when the lane has no empty pipe: it is made on the lane's first use, and again after a failure.
     private var lanePipeSize: [Int] = []
     /// Closes still to complete before a failed copy's lane is free again.
     private var laneCleanups: [Int] = []
@@ -153,7 +152,6 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             features & linkable == linkable && io_uring_register_files_sparse(ring, Self.copyLanes * 4) == 0
         if linkedCopies {
             freeLanes = Array((0..<Self.copyLanes).reversed())
-            lanePipeReady = Array(repeating: false, count: Int(Self.copyLanes))
             lanePipeSize = Array(repeating: 0, count: Int(Self.copyLanes))
             laneCleanups = Array(repeating: 0, count: Int(Self.copyLanes))
         }
@@ -484,11 +482,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         copy.lane = lane
         copyLanesInUse.add(1, ordering: .relaxed)
         let slot = lane * 4
-        if !lanePipeReady[Int(lane)], let size = installPipe(at: slot + 2) {
-            lanePipeReady[Int(lane)] = true
-            lanePipeSize[Int(lane)] = size
-        }
-        guard lanePipeReady[Int(lane)] && copy.length <= lanePipeSize[Int(lane)] else {
+        if lanePipeSize[Int(lane)] == 0 { lanePipeSize[Int(lane)] = installPipe(at: slot + 2) ?? 0 }
+        guard copy.length <= lanePipeSize[Int(lane)] else {
             // No pipe (out of descriptors or pipe memory), or a smaller one than asked for (a lower
             // pipe-max-size, the user's pipe-user-pages limit): the caller copies it the ordinary way.
             copy.outcome = .notStarted
@@ -571,7 +566,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             default: copy.outcome = res < 0 && res != -EINVAL ? .failed(.write, error(res)) : .incomplete
             }
             // Bytes may be left in the pipe: the lane gets a new one on its next use.
-            if step >= 3 { lanePipeReady[Int(copy.lane)] = false }
+            if step >= 3 { lanePipeSize[Int(copy.lane)] = 0 }
             laneCleanups[Int(copy.lane)] = 2
             for slot in [copy.lane * 4, copy.lane * 4 + 1] {
                 let sqe = nextSQE()
