@@ -118,6 +118,22 @@ struct DcopyTests {
         }
     }
 
+    @Test func aTreeLargerThanTheBacklog() throws {
+        try inScratch { scratch in
+            // 1,500 files: more than run at once (32) plus the walker's backlog (1,024), so the walker waits
+            // for the backlog to shrink and is woken by finishing copies; none may be lost or copied twice.
+            let result = try both(
+                scratch,
+                setup: "mkdir -p src/sub && head -c 1500 ../rand | split -b 1 -a 4 - src/f && printf s > src/sub/z",
+                "%cp -r src dst",
+                check: "ls dst | wc -l; cat dst/f* | md5sum; cat dst/sub/z"
+            )
+            #expect(result.ours.status == 0)
+            #expect(result.oursCheck.text.hasPrefix("1501\n"))
+            expectSame(result)
+        }
+    }
+
     @Test func preserveKeepsModeAndTimestamps() throws {
         try inScratch { scratch in
             let setup =

@@ -63,8 +63,12 @@ struct Scratch {
         let out = path + "/.stdout"
         let err = path + "/.stderr"
         let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/bash")
-        process.arguments = ["-c", "exec >\(out) 2>\(err); umask 022; \(script)"]
+        // Under `timeout`, below the suites' one-minute limit: a tool that hangs then fails its test (status
+        // 124) instead of hanging the whole run, since nothing else can end a wait on a child process.
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/timeout")
+        process.arguments = [
+            "-k", "5", "50", "/bin/bash", "-c", "exec >\(out) 2>\(err); umask 022; \(script)",
+        ]
         process.currentDirectoryURL = URL(fileURLWithPath: path)
         var environment = ProcessInfo.processInfo.environment
         environment["DCAT"] = Tools.dcat
