@@ -567,6 +567,12 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             }
             // Bytes may be left in the pipe: the lane gets a new one on its next use.
             if step >= 3 { lanePipeSize[Int(copy.lane)] = 0 }
+            if step == 1 {
+                // Nothing was opened: the lane is free at once.
+                freeLane(copy.lane)
+                finish(request, IOCompletion(result: 0))
+                return
+            }
             laneCleanups[Int(copy.lane)] = 2
             for slot in [copy.lane * 4, copy.lane * 4 + 1] {
                 let sqe = nextSQE()
