@@ -1,8 +1,12 @@
 import SystemPackage
 import URing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 extension IOChannel {
-    /// The largest file ``copySmallFile(from:to:flags:permissions:size:engine:then:)`` takes (1 MiB).
+    /// The largest file ``copySmallFile(from:in:to:in:flags:permissions:size:engine:then:)`` takes (1 MiB).
     package static let smallFileLimit = IOEngine.wholeFileCopyLimit
 
     /// Copies a small regular file whole, with no channel: open, create, transfer and close run as one
@@ -14,6 +18,12 @@ extension IOChannel {
     /// trees of files up to ``smallFileLimit``; anything larger goes through channels.
     ///
     /// - Parameters:
+    ///   - source: The file to copy, resolved against `sourceDirectory` when relative.
+    ///   - sourceDirectory: A descriptor of the directory a relative `source` is in (`AT_FDCWD`: the
+    ///     working directory), open until the handler has run. A tree's copy names each file in its
+    ///     directory, so the kernel looks up one name instead of walking the whole path.
+    ///   - destination: The file to create, resolved against `destinationDirectory` when relative.
+    ///   - destinationDirectory: As `sourceDirectory`, for `destination`.
     ///   - flags: How to open the destination (`O_WRONLY | O_CREAT | O_EXCL` for a new file).
     ///   - size: The source's size from its `statx`, 1 through ``smallFileLimit``. A source that no longer
     ///     has this size is reported as `.incomplete`, and one the engine could not take as `.notStarted`:
@@ -22,7 +32,9 @@ extension IOChannel {
     ///     receives how the copy ended.
     package static func copySmallFile(
         from source: FilePath,
+        in sourceDirectory: CInt = AT_FDCWD,
         to destination: FilePath,
+        in destinationDirectory: CInt = AT_FDCWD,
         flags: CInt,
         permissions: FilePermissions,
         size: Int,
@@ -31,7 +43,9 @@ extension IOChannel {
     ) {
         engine.copyFile(
             from: source,
+            in: sourceDirectory,
             to: destination,
+            in: destinationDirectory,
             flags: flags,
             permissions: permissions,
             length: size,

@@ -59,17 +59,21 @@ final class FileCopy: @unchecked Sendable {
     /// The destination's directory was made by this run, so nothing can be at the destination yet: its
     /// `statx` is skipped, as cp skips its `stat` there (the exclusive create still catches a race).
     private let destinationIsNew: Bool
+    /// How the ring reaches both files; holds their directories open until this copy has ended.
+    private let location: FileLocation
 
     init(
         copier: Copier,
         source: String,
         destination: String,
+        location: FileLocation = .paths,
         destinationIsNew: Bool = false,
         completion: @escaping @Sendable () -> Void
     ) {
         self.copier = copier
         self.source = source
         self.destination = destination
+        self.location = location
         self.destinationIsNew = destinationIsNew
         self.completion = completion
         self.queue = copier.queueForNextFile()
@@ -89,7 +93,8 @@ final class FileCopy: @unchecked Sendable {
         joined.enter()
         joined.enter()
         statSource { joined.leave() }
-        engine.stat(path: FilePath(destination)) { [self] result in
+        let (destinationDirectory, destinationPath) = location.destination(destination)
+        engine.stat(destinationDirectory, path: destinationPath) { [self] result in
             lock.withLock { destinationInfo = result }
             joined.leave()
         }
@@ -98,7 +103,8 @@ final class FileCopy: @unchecked Sendable {
 
     /// Takes the source's status through the ring, then runs `next` on the ring thread.
     private func statSource(then next: @escaping @Sendable () -> Void) {
-        engine.stat(path: FilePath(source)) { [self] result in
+        let (directory, path) = location.source(source)
+        engine.stat(directory, path: path) { [self] result in
             lock.withLock {
                 switch result {
                 case .success(let info): sourceInfo = info
@@ -132,7 +138,8 @@ final class FileCopy: @unchecked Sendable {
 
     private func openSource(_ info: FileStatus, existed: Bool) {
         // The source first: cp creates nothing when the source cannot be read.
-        engine.openat(path: FilePath(source), flags: O_RDONLY) { [self] result in
+        let (directory, path) = location.source(source)
+        engine.openat(directory, path: path, flags: O_RDONLY) { [self] result in
             let opened = lock.withLock { () -> Bool in
                 if let failure = result.error {
                     error = message(.openSource, failure)
@@ -158,9 +165,13 @@ final class FileCopy: @unchecked Sendable {
 
     /// Copies a small file in one submission; the steps and the messages are the channel path's.
     private func copyWhole(_ info: FileStatus) {
+        let (sourceDirectory, sourcePath) = location.source(source)
+        let (destinationDirectory, destinationPath) = location.destination(destination)
         IOChannel.copySmallFile(
-            from: FilePath(source),
-            to: FilePath(destination),
+            from: sourcePath,
+            in: sourceDirectory,
+            to: destinationPath,
+            in: destinationDirectory,
             flags: O_WRONLY | O_CREAT | O_EXCL,
             permissions: FilePermissions(rawValue: CModeT(info.mode & 0o777)),
             size: Int(info.size)
@@ -211,7 +222,8 @@ final class FileCopy: @unchecked Sendable {
         let permissions = FilePermissions(rawValue: CModeT(info.mode & 0o777))
         // A new file is made with O_EXCL, as cp does, so that a dangling symbolic link is not written through.
         let flags = O_WRONLY | O_CREAT | O_TRUNC | (existed ? 0 : O_EXCL)
-        engine.openat(path: FilePath(destination), flags: flags, permissions: permissions) { [self] result in
+        let (directory, path) = location.destination(destination)
+        engine.openat(directory, path: path, flags: flags, permissions: permissions) { [self] result in
             lock.withLock {
                 if let failure = result.error {
                     error = message(.openDestination, failure, existed: existed)

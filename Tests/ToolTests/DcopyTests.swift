@@ -134,6 +134,25 @@ struct DcopyTests {
         }
     }
 
+    @Test func aWideTreeUnderALowDescriptorLimit() throws {
+        try inScratch { scratch in
+            // 150 directories of two files each, copied with at most 64 descriptors: the directories held
+            // open for their files' copies must stop at a share of the limit and the rest be named by
+            // their paths, or the walk's own opens fail (`cannot access`).
+            let setup =
+                "for d in $(seq 150); do mkdir -p src/d$d && printf a$d > src/d$d/a && printf b$d > src/d$d/b; done"
+            let result = try both(
+                scratch,
+                setup: setup,
+                "ulimit -n 64 && %cp -r src dst",
+                check: "find dst -type f | wc -l; cat dst/d*/a dst/d*/b | md5sum"
+            )
+            #expect(result.ours.status == 0)
+            #expect(result.oursCheck.text.hasPrefix("300\n"))
+            expectSame(result)
+        }
+    }
+
     @Test func preserveKeepsModeAndTimestamps() throws {
         try inScratch { scratch in
             let setup =

@@ -46,6 +46,54 @@ struct CopyFileTests {
     }
 
     @Test(arguments: EngineKind.allCases)
+    func namesAreResolvedInTheGivenDirectories(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        mkdir(dir.file("a"), 0o755)
+        mkdir(dir.file("b"), 0o755)
+        let bytes = Array("in a directory".utf8)
+        let name = "copy-file-tests-\(getpid())"
+        writeFile(dir.file("a/\(name)"), bytes)
+        let sourceDirectory = open(dir.file("a"), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let destinationDirectory = open(dir.file("b"), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        defer {
+            close(sourceDirectory)
+            close(destinationDirectory)
+        }
+        try await withEngine(kind) { engine in
+            let outcome = await awaitCallback(orElse: FileCopyOutcome.failed(.openSource, .timedOut)) { deliver in
+                engine.copyFile(
+                    from: FilePath(name),
+                    in: sourceDirectory,
+                    to: FilePath(name),
+                    in: destinationDirectory,
+                    flags: O_WRONLY | O_CREAT | O_EXCL,
+                    permissions: .ownerReadWrite,
+                    length: bytes.count
+                ) { deliver($0) }
+            }
+            #expect(outcome == .copied)
+            expectContent(dir.file("b/\(name)"), bytes)
+            // Not in the working directory, where a path without its directory would have put it.
+            #expect(access(name, F_OK) != 0)
+            // The same exclusive create again, in the same directory: it must find the file just made.
+            let again = await awaitCallback(orElse: FileCopyOutcome.failed(.openSource, .timedOut)) { deliver in
+                engine.copyFile(
+                    from: FilePath(name),
+                    in: sourceDirectory,
+                    to: FilePath(name),
+                    in: destinationDirectory,
+                    flags: O_WRONLY | O_CREAT | O_EXCL,
+                    permissions: .ownerReadWrite,
+                    length: bytes.count
+                ) { deliver($0) }
+            }
+            #expect(again == .failed(.openDestination, .fileExists))
+            try await waitForSlots(engine)
+        }
+    }
+
+    @Test(arguments: EngineKind.allCases)
     func aMissingSourceCreatesNothing(kind: EngineKind) async throws {
         let dir = TemporaryDirectory()
         defer { dir.cleanup() }

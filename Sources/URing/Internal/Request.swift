@@ -183,10 +183,12 @@ final class CPath: @unchecked Sendable {
     deinit { free(pointer) }
 }
 
-/// The arguments and the progress of ``IOEngine/copyFile(from:to:flags:permissions:length:then:)``.
+/// The arguments and the progress of ``IOEngine/copyFile(from:in:to:in:flags:permissions:length:then:)``.
 final class LinkedCopy: @unchecked Sendable {
     let source: CPath
+    let sourceDirectory: CInt
     let destination: CPath
+    let destinationDirectory: CInt
     let flags: CInt
     let mode: mode_t
     let length: Int
@@ -202,9 +204,19 @@ final class LinkedCopy: @unchecked Sendable {
     var closeDone = false
     var outcome = FileCopyOutcome.copied
 
-    init(source: CPath, destination: CPath, flags: CInt, mode: mode_t, length: Int) {
+    init(
+        source: CPath,
+        sourceDirectory: CInt,
+        destination: CPath,
+        destinationDirectory: CInt,
+        flags: CInt,
+        mode: mode_t,
+        length: Int
+    ) {
         self.source = source
+        self.sourceDirectory = sourceDirectory
         self.destination = destination
+        self.destinationDirectory = destinationDirectory
         self.flags = flags
         self.mode = mode
         self.length = length

@@ -514,11 +514,13 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             io_uring_sqe_set_data64(sqe, request.id | step << Self.stepShift)
         }
         // O_CLOEXEC is refused for direct descriptors (they are not in the process's table at all).
-        add(1, link | skip) { io_uring_prep_openat_direct($0, AT_FDCWD, copy.source.pointer, O_RDONLY, 0, source) }
+        add(1, link | skip) {
+            io_uring_prep_openat_direct($0, copy.sourceDirectory, copy.source.pointer, O_RDONLY, 0, source)
+        }
         add(2, link | skip) {
             io_uring_prep_openat_direct(
                 $0,
-                AT_FDCWD,
+                copy.destinationDirectory,
                 copy.destination.pointer,
                 copy.flags & ~O_CLOEXEC,
                 copy.mode,
