@@ -366,10 +366,13 @@ final class FileCopy: @unchecked Sendable {
             }
             let data = collected.withLock { $0 }
             if data.count < length {
-                // Shorter than asked: the end of the file (a /proc file, a stream, a file that shrank).
+                // Shorter than asked: the end of the file (a /proc file, a stream, a file that shrank, a
+                // sysfs file whose size says 4096 whatever it holds). A sparse copy sets its size at the
+                // end, so it must be where the data ended, not the size from statx, or the copy would end
+                // in zeros the source never had. Chunks complete in any order: the first end counts.
                 lock.withLock {
                     reachedEnd = true
-                    if seekable && !sparse { size = offset + Int64(data.count) }
+                    if seekable { size = min(size ?? Int64.max, offset + Int64(data.count)) }
                 }
             }
             guard !data.isEmpty else { return chunkDone(error: nil) }

@@ -340,6 +340,18 @@ struct DcopyTests {
         }
     }
 
+    /// A sysfs file says 4096 bytes and no blocks (so it looks sparse) and holds a line: the copy is the
+    /// line, as cp makes it, not the line padded with zeros to the size from `stat`.
+    @Test(.enabled(if: FileManager.default.fileExists(atPath: sysfsFile)))
+    func aFileShorterThanItsSizeIsCopiedToItsEnd() throws {
+        try inScratch { scratch in
+            let result = try both(scratch, "%cp \(sysfsFile) copy", check: "stat -c %s copy; od -c copy")
+            #expect(result.ours.status == 0)
+            #expect(!result.oursCheck.text.hasPrefix("4096\n"))
+            expectSame(result)
+        }
+    }
+
     @Test func missingOperands() throws {
         try inScratch { scratch in
             let ours = try scratch.run("\"$DCOPY\" onlyone")
@@ -348,3 +360,6 @@ struct DcopyTests {
         }
     }
 }
+
+/// A regular sysfs file whose contents are shorter than its size (4096).
+private let sysfsFile = "/sys/kernel/mm/transparent_hugepage/enabled"
