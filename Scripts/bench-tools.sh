@@ -47,7 +47,7 @@ EOF
     swiftc -O "$dio.swift" -o "$dio" >&2
 fi
 
-# The floor for starting a program here: a Swift program that does nothing, runtime linked statically.
+# The reference for start-up: a Swift program that does nothing, its runtime linked statically.
 hello=/tmp/bench-swift-hello
 if [ ! -x "$hello" ]; then
     echo 'exit(0)' | sed 's/^/import Glibc; /' > "$hello.swift"
