@@ -17,9 +17,11 @@ struct Outcome: Equatable, CustomStringConvertible {
 
 /// Where the built tools are, and a scratch directory per test.
 enum Tools {
-    /// The directory holding `dcat` and `dcopy`: the test bundle's own build directory, where
-    /// `swift build --build-tests` puts every product.
+    /// The directory holding `dcat` and `dcopy`: `$DISPATCH_TOOLS_BIN` when set (the test script points it
+    /// at the release build, which is linked differently), else the test bundle's own build directory,
+    /// where `swift build --build-tests` puts every product.
     static let binDirectory: String = {
+        if let bin = ProcessInfo.processInfo.environment["DISPATCH_TOOLS_BIN"], !bin.isEmpty { return bin }
         let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
         var candidates = [URL(fileURLWithPath: exe).deletingLastPathComponent().path]
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
