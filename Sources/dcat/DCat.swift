@@ -23,7 +23,10 @@ enum Main {
         // conformance of a statically linked binary), so such command lines skip it; anything that looks
         // like an option (--help, --version, --, a mistake) goes to the parser for its help and errors.
         if arguments.allSatisfy({ $0 == "-" || !$0.hasPrefix("-") }) {
-            exit(Concatenator().run(arguments.isEmpty ? ["-"] : Array(arguments)))
+            // The operands' bytes as the kernel gave them: a file name need not be UTF-8, and
+            // `CommandLine.arguments` replaces bytes that are not with U+FFFD, which names another file.
+            let operands = (1..<Int(CommandLine.argc)).map { Operand(CommandLine.unsafeArgv[$0]!) }
+            exit(Concatenator().run(operands.isEmpty ? [Operand("-")] : operands))
         }
         DCat.main()
     }
@@ -45,8 +48,29 @@ struct DCat: ParsableCommand {
     var files: [String] = []
 
     func run() throws {
-        let status = Concatenator().run(files.isEmpty ? ["-"] : files)
+        let status = Concatenator().run((files.isEmpty ? ["-"] : files).map { Operand($0) })
         Glibc.exit(status)
+    }
+}
+
+/// A file operand: its name's bytes, which need not be UTF-8, for the system calls.
+struct Operand {
+    /// NUL-terminated.
+    let bytes: [CChar]
+
+    init(_ name: UnsafePointer<CChar>) {
+        bytes = Array(UnsafeBufferPointer(start: name, count: strlen(name) + 1))
+    }
+
+    init(_ name: String) {
+        bytes = Array(name.utf8CString)
+    }
+
+    var isStandardInput: Bool { bytes == [CChar(UInt8(ascii: "-")), 0] }
+
+    /// The name for messages; a byte that is not UTF-8 shows as U+FFFD (cat would quote it as `$'\377'`).
+    var display: String {
+        String(decoding: bytes.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }
 
@@ -99,7 +123,7 @@ final class Concatenator: @unchecked Sendable {
     }
 
     /// Copies every input; returns the exit status.
-    func run(_ paths: [String]) -> Int32 {
+    func run(_ paths: [Operand]) -> Int32 {
         for path in paths {
             copy(path)
         }
@@ -114,20 +138,20 @@ final class Concatenator: @unchecked Sendable {
     }
 
     /// Reports a failed input the way cat does and marks the exit status.
-    private func report(_ path: String, _ error: Errno) {
-        printError("dcat: \(path): \(describe(error))\n")
+    private func report(_ path: Operand, _ error: Errno) {
+        printError("dcat: \(path.display): \(describe(error))\n")
         status.withLock { $0 = 1 }
     }
 
-    private func copy(_ path: String) {
+    private func copy(_ path: Operand) {
         let fd: CInt
         let ownsDescriptor: Bool
-        if path == "-" {
+        if path.isStandardInput {
             fd = STDIN_FILENO
             ownsDescriptor = false
         } else {
             // Opening moves no file data: a plain open gives cat's errors (ENOENT, EACCES) at once.
-            fd = open(path, O_RDONLY | O_CLOEXEC)
+            fd = open(path.bytes, O_RDONLY | O_CLOEXEC)
             if fd < 0 {
                 report(path, Errno(rawValue: errno))
                 return
@@ -138,7 +162,7 @@ final class Concatenator: @unchecked Sendable {
         let isRegular = fstat(fd, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
         if info.st_mode & S_IFMT == S_IFIFO { growPipe(fd) }
         if isRegular && isUnreadOutput(fd, info) {
-            printError("dcat: \(path): input file is output file\n")
+            printError("dcat: \(path.display): input file is output file\n")
             status.withLock { $0 = 1 }
             if ownsDescriptor { Glibc.close(fd) }
             return

@@ -41,6 +41,17 @@ struct DcatTests {
         }
     }
 
+    @Test func aFileWhoseNameIsNotUTF8() throws {
+        try inScratch { scratch in
+            // Bytes 0xFF 0xFE: a String of the name would hold U+FFFD instead, which names no file.
+            let name = "\"$(printf 'not-utf8-\\377\\376')\""
+            let (cat, dcat) = try both(scratch, "\(name) \(name)", setup: "printf bytes > \(name);")
+            #expect(cat.status == 0)
+            #expect(cat.stdout == Data("bytesbytes".utf8))
+            #expect(dcat == cat)
+        }
+    }
+
     @Test func standardInputWithoutArgumentsAndAsDash() throws {
         try inScratch { scratch in
             let (cat, dcat) = try both(
