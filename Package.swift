@@ -58,14 +58,20 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
+        // What the two tools share: file names as bytes, and cp's and cat's quoting of them in messages.
+        .target(name: "ToolSupport"),
         .executableTarget(
             name: "dcat",
-            dependencies: ["DispatchIO", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "DispatchIO", "ToolSupport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
             linkerSettings: toolLinkerSettings
         ),
         .executableTarget(
             name: "dcopy",
-            dependencies: ["DispatchIO", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "DispatchIO", "ToolSupport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
             linkerSettings: toolLinkerSettings
         ),
         .executableTarget(
@@ -86,6 +92,7 @@ let package = Package(
         // Runs the dcat and dcopy binaries that `swift build --build-tests` puts next to the test bundle
         // (it builds every product); it does not link them, so their static runtime stays out of it.
         .testTarget(name: "ToolTests"),
+        .testTarget(name: "ToolSupportTests", dependencies: ["ToolSupport"]),
     ]
 )
 

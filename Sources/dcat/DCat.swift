@@ -3,6 +3,7 @@ import DispatchData
 import DispatchIO
 import DispatchQueues
 import SystemPackage
+import ToolSupport
 import URing
 
 #if canImport(Glibc)
@@ -17,16 +18,20 @@ import Glibc
 @main
 enum Main {
     static func main() {
-        let arguments = CommandLine.arguments.dropFirst()
+        let arguments = Array(CommandLine.arguments.dropFirst())
         // dcat has no options, so a command line without any is only operands. Parsing it with
         // ArgumentParser costs 0.9 ms of a 3.9 ms run on an empty file (its reflection scans every protocol
         // conformance of a statically linked binary), so such command lines skip it; anything that looks
-        // like an option (--help, --version, --, a mistake) goes to the parser for its help and errors.
-        if arguments.allSatisfy({ $0 == "-" || !$0.hasPrefix("-") }) {
+        // like an option (--help, --version, a mistake) goes to the parser for its help and errors. As
+        // with getopt, the first `--` ends the options: everything after it is a file (`dcat -- -n`).
+        let optionsEnd = arguments.firstIndex(of: "--") ?? arguments.endIndex
+        if arguments[..<optionsEnd].allSatisfy({ $0 == "-" || !$0.hasPrefix("-") }) {
             // The operands' bytes as the kernel gave them: a file name need not be UTF-8, and
             // `CommandLine.arguments` replaces bytes that are not with U+FFFD, which names another file.
-            let operands = (1..<Int(CommandLine.argc)).map { Operand(CommandLine.unsafeArgv[$0]!) }
-            exit(Concatenator().run(operands.isEmpty ? [Operand("-")] : operands))
+            let operands = arguments.indices.filter { $0 != optionsEnd }.map {
+                PathName(CommandLine.unsafeArgv[$0 + 1]!)
+            }
+            exit(Concatenator().run(operands.isEmpty ? ["-"] : operands))
         }
         DCat.main()
     }
@@ -48,29 +53,8 @@ struct DCat: ParsableCommand {
     var files: [String] = []
 
     func run() throws {
-        let status = Concatenator().run((files.isEmpty ? ["-"] : files).map { Operand($0) })
+        let status = Concatenator().run((files.isEmpty ? ["-"] : files).map { PathName($0) })
         Glibc.exit(status)
-    }
-}
-
-/// A file operand: its name's bytes, which need not be UTF-8, for the system calls.
-struct Operand {
-    /// NUL-terminated.
-    let bytes: [CChar]
-
-    init(_ name: UnsafePointer<CChar>) {
-        bytes = Array(UnsafeBufferPointer(start: name, count: strlen(name) + 1))
-    }
-
-    init(_ name: String) {
-        bytes = Array(name.utf8CString)
-    }
-
-    var isStandardInput: Bool { bytes == [CChar(UInt8(ascii: "-")), 0] }
-
-    /// The name for messages; a byte that is not UTF-8 shows as U+FFFD (cat would quote it as `$'\377'`).
-    var display: String {
-        String(decoding: bytes.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }
 
@@ -123,7 +107,7 @@ final class Concatenator: @unchecked Sendable {
     }
 
     /// Copies every input; returns the exit status.
-    func run(_ paths: [Operand]) -> Int32 {
+    func run(_ paths: [PathName]) -> Int32 {
         for path in paths {
             copy(path)
         }
@@ -138,20 +122,20 @@ final class Concatenator: @unchecked Sendable {
     }
 
     /// Reports a failed input the way cat does and marks the exit status.
-    private func report(_ path: Operand, _ error: Errno) {
-        printError("dcat: \(path.display): \(describe(error))\n")
+    private func report(_ path: PathName, _ error: Errno) {
+        printError("dcat: \(path.quotedIfNeeded): \(describe(error))\n")
         status.withLock { $0 = 1 }
     }
 
-    private func copy(_ path: Operand) {
+    private func copy(_ path: PathName) {
         let fd: CInt
         let ownsDescriptor: Bool
-        if path.isStandardInput {
+        if path == "-" {
             fd = STDIN_FILENO
             ownsDescriptor = false
         } else {
             // Opening moves no file data: a plain open gives cat's errors (ENOENT, EACCES) at once.
-            fd = open(path.bytes, O_RDONLY | O_CLOEXEC)
+            fd = path.withCString { open($0, O_RDONLY | O_CLOEXEC) }
             if fd < 0 {
                 report(path, Errno(rawValue: errno))
                 return
@@ -162,7 +146,7 @@ final class Concatenator: @unchecked Sendable {
         let isRegular = fstat(fd, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
         if info.st_mode & S_IFMT == S_IFIFO { growPipe(fd) }
         if isRegular && isUnreadOutput(fd, info) {
-            printError("dcat: \(path.display): input file is output file\n")
+            printError("dcat: \(path.quotedIfNeeded): input file is output file\n")
             status.withLock { $0 = 1 }
             if ownsDescriptor { Glibc.close(fd) }
             return

@@ -3,6 +3,7 @@ import DispatchIO
 import DispatchQueues
 import Synchronization
 import SystemPackage
+import ToolSupport
 import URing
 
 #if canImport(Glibc)
@@ -42,8 +43,28 @@ struct DCopy: ParsableCommand {
 
     func run() throws {
         let options = Options(recursive: recursive, preserve: preserve, verbose: verbose)
-        let status = Copier(options: options, showProgress: progress && isatty(STDERR_FILENO) == 1).run(paths)
-        Glibc.exit(status)
+        let copier = Copier(options: options, showProgress: progress && isatty(STDERR_FILENO) == 1)
+        Glibc.exit(copier.run(Self.operandBytes(parsed: paths)))
+    }
+
+    /// The operands' bytes as the kernel gave them: a file name need not be UTF-8, and ArgumentParser's
+    /// strings replace bytes that are not with U+FFFD, which names another file. dcopy's options take no
+    /// values, so the operands are the arguments that are not options, as getopt finds them: `-` and
+    /// anything not starting with `-`, and everything after the first `--`.
+    static func operandBytes(parsed: [String]) -> [PathName] {
+        var operands: [PathName] = []
+        var optionsEnded = false
+        for index in 1..<Int(CommandLine.argc) {
+            let argument = CommandLine.unsafeArgv[index]!
+            let name = PathName(argument)
+            if !optionsEnded && name == "--" {
+                optionsEnded = true
+            } else if optionsEnded || name == "-" || argument[0] != CChar(UInt8(ascii: "-")) {
+                operands.append(name)
+            }
+        }
+        // Only if ArgumentParser read the command line otherwise (it should not): its strings.
+        return operands.count == parsed.count ? operands : parsed.map { PathName($0) }
     }
 }
 
@@ -103,14 +124,14 @@ final class DirectoryPair: Sendable {
 
     /// Opens both directories, or returns nil (too many pairs open, or either open failed): the files
     /// are then named by their paths, which reach the same errors.
-    static func open(_ source: String, _ destination: String) -> DirectoryPair? {
+    static func open(_ source: PathName, _ destination: PathName) -> DirectoryPair? {
         guard count.add(1, ordering: .relaxed).newValue <= Limits.openDirectories else {
             count.subtract(1, ordering: .relaxed)
             return nil
         }
         let flags = openPath | O_DIRECTORY | O_CLOEXEC
-        let sourceFD = Glibc.open(source, flags)
-        let destinationFD = sourceFD < 0 ? -1 : Glibc.open(destination, flags)
+        let sourceFD = Glibc.open(source.cString, flags)
+        let destinationFD = sourceFD < 0 ? -1 : Glibc.open(destination.cString, flags)
         guard sourceFD >= 0, destinationFD >= 0 else {
             if sourceFD >= 0 { close(sourceFD) }
             count.subtract(1, ordering: .relaxed)
@@ -134,15 +155,15 @@ private let openPath: CInt = 0o10_000_000
 struct FileLocation: Sendable {
     /// The directories, held open as long as this location is.
     let directories: DirectoryPair?
-    let name: String
+    let name: PathName
 
     /// The source: a directory descriptor (`AT_FDCWD` without a pair) and the path relative to it.
-    func source(_ path: String) -> (CInt, FilePath) {
-        directories.map { ($0.source, FilePath(name)) } ?? (AT_FDCWD, FilePath(path))
+    func source(_ path: PathName) -> (CInt, FilePath) {
+        directories.map { ($0.source, name.filePath) } ?? (AT_FDCWD, path.filePath)
     }
 
-    func destination(_ path: String) -> (CInt, FilePath) {
-        directories.map { ($0.destination, FilePath(name)) } ?? (AT_FDCWD, FilePath(path))
+    func destination(_ path: PathName) -> (CInt, FilePath) {
+        directories.map { ($0.destination, name.filePath) } ?? (AT_FDCWD, path.filePath)
     }
 
     /// A file named by its paths alone.
@@ -151,10 +172,15 @@ struct FileLocation: Sendable {
 
 /// A regular file found by the walk, waiting for its copy to start.
 struct PendingFile {
-    let source: String
-    let destination: String
+    let source: PathName
+    let destination: PathName
     let location: FileLocation
     let destinationIsNew: Bool
+}
+
+extension PathName {
+    /// The path for the engine's calls, with the same bytes.
+    var filePath: FilePath { withCString { FilePath(platformString: $0) } }
 }
 
 /// The files waiting to start, first in first out, and the number of copies running.
@@ -201,9 +227,9 @@ final class Copier: @unchecked Sendable {
     private let failed = Locked(false)
     let meter: ProgressMeter?
     /// Directories whose mode and times are set once their contents are in (`-p`), innermost first.
-    private var directoriesToFinish: [(path: String, info: stat)] = []
+    private var directoriesToFinish: [(path: PathName, info: stat)] = []
     /// Directories made writable by their owner while being filled (without `-p`), and their final mode.
-    private var directoriesToRestrict: [(path: String, mode: mode_t)] = []
+    private var directoriesToRestrict: [(path: PathName, mode: mode_t)] = []
 
     init(options: Options, showProgress: Bool) {
         self.options = options
@@ -211,25 +237,25 @@ final class Copier: @unchecked Sendable {
     }
 
     /// Runs the command; returns the exit status.
-    func run(_ paths: [String]) -> Int32 {
+    func run(_ paths: [PathName]) -> Int32 {
         guard let target = paths.last else {
             fail("missing file operand")
             return 1
         }
         guard paths.count >= 2 else {
-            fail("missing destination file operand after '\(target)'")
+            fail("missing destination file operand after \(target.quoted)")
             return 1
         }
         let sources = paths.dropLast()
         var targetInfo = stat()
-        let targetFound = stat(target, &targetInfo) == 0
+        let targetFound = stat(target.cString, &targetInfo) == 0
         let targetError = Errno(rawValue: errno)
         let targetIsDirectory = targetFound && targetInfo.st_mode & S_IFMT == S_IFDIR
         if sources.count > 1 && !targetIsDirectory {
             if targetFound {
-                fail("target '\(target)' is not a directory")
+                fail("target \(target.quoted) is not a directory")
             } else {
-                fail("target '\(target)'", targetError)
+                fail("target \(target.quoted)", targetError)
             }
             return 1
         }
@@ -238,12 +264,12 @@ final class Copier: @unchecked Sendable {
             meter.start()
         }
         for source in sources {
-            let destination = targetIsDirectory ? Self.join(target, Self.basename(source)) : target
+            let destination = targetIsDirectory ? target.appending(source.lastComponent) : target
             copy(source, to: destination, topLevel: true)
         }
         running.wait()
         // Directory times last: writing their contents changed them.
-        for (path, mode) in directoriesToRestrict { chmod(path, mode) }
+        for (path, mode) in directoriesToRestrict { chmod(path.cString, mode) }
         for (path, info) in directoriesToFinish { setMetadata(path: path, info: info, isLink: false) }
         meter?.finish()
         return failed.withLock { $0 } ? 1 : 0
@@ -270,26 +296,31 @@ final class Copier: @unchecked Sendable {
         fail("\(what): \(describe(error))")
     }
 
-    func announce(_ source: String, _ destination: String) {
-        if options.verbose { printOutput("'\(source)' -> '\(destination)'\n") }
+    func announce(_ source: PathName, _ destination: PathName) {
+        if options.verbose { printOutput("\(source.quoted) -> \(destination.quoted)\n") }
     }
 
     // MARK: Walking
 
     /// Copies one source (a file, a directory with `-r`, a symbolic link with `-r`) to `destination`.
     /// `destinationIsNew`: the destination's directory was made by this run, so nothing is there yet.
-    private func copy(_ source: String, to destination: String, topLevel: Bool, destinationIsNew: Bool = false) {
+    private func copy(
+        _ source: PathName,
+        to destination: PathName,
+        topLevel: Bool,
+        destinationIsNew: Bool = false
+    ) {
         var info = stat()
         // With -r, links are copied as links (cp's -P default for -R); without it they are followed.
-        let rc = options.recursive ? lstat(source, &info) : stat(source, &info)
+        let rc = options.recursive ? lstat(source.cString, &info) : stat(source.cString, &info)
         if rc != 0 {
-            fail("cannot stat '\(source)'", Errno(rawValue: errno))
+            fail("cannot stat \(source.quoted)", Errno(rawValue: errno))
             return
         }
         switch info.st_mode & S_IFMT {
         case S_IFDIR:
             guard options.recursive else {
-                fail("-r not specified; omitting directory '\(source)'")
+                fail("-r not specified; omitting directory \(source.quoted)")
                 return
             }
             copyDirectory(source, to: destination, info: info, topLevel: topLevel)
@@ -297,39 +328,39 @@ final class Copier: @unchecked Sendable {
             copyLink(source, to: destination, info: info)
         case S_IFIFO where options.recursive, S_IFCHR where options.recursive, S_IFBLK where options.recursive:
             // cp -r recreates special files instead of reading them (which could block forever).
-            if mknod(destination, info.st_mode, info.st_rdev) != 0 {
-                fail("cannot create special file '\(destination)'", Errno(rawValue: errno))
+            if mknod(destination.cString, info.st_mode, info.st_rdev) != 0 {
+                fail("cannot create special file \(destination.quoted)", Errno(rawValue: errno))
                 return
             }
             announce(source, destination)
             if options.preserve { setMetadata(path: destination, info: info, isLink: false) }
         default:
-            if destination.hasSuffix("/") { return refuseFile(source, toSlashed: destination) }
+            if destination.endsWithSlash { return refuseFile(source, toSlashed: destination) }
             startFile(source, to: destination, location: .paths, destinationIsNew: destinationIsNew)
         }
     }
 
-    private func copyDirectory(_ source: String, to destination: String, info: stat, topLevel: Bool) {
+    private func copyDirectory(_ source: PathName, to destination: PathName, info: stat, topLevel: Bool) {
         if topLevel, let message = Self.intoItself(source, destination) {
             fail(message)
             return
         }
         var existing = stat()
         var made = false
-        if lstat(destination, &existing) == 0 {
+        if lstat(destination.cString, &existing) == 0 {
             if existing.st_mode & S_IFMT != S_IFDIR {
-                fail("cannot overwrite non-directory '\(destination)' with directory '\(source)'")
+                fail("cannot overwrite non-directory \(destination.quoted) with directory \(source.quoted)")
                 return
             }
         } else if errno != ENOENT {
             // Only a missing name is made; a path through a non-directory or an unsearchable one is cp's
             // `cannot stat`, not a failed mkdir.
-            fail("cannot stat '\(destination)'", Errno(rawValue: errno))
+            fail("cannot stat \(destination.quoted)", Errno(rawValue: errno))
             return
         } else {
             // cp creates the directory writable by its owner while it fills it, then gives it its mode.
-            if mkdir(destination, (info.st_mode & 0o777) | S_IRWXU) != 0 {
-                fail("cannot create directory '\(destination)'", Errno(rawValue: errno))
+            if mkdir(destination.cString, (info.st_mode & 0o777) | S_IRWXU) != 0 {
+                fail("cannot create directory \(destination.quoted)", Errno(rawValue: errno))
                 return
             }
             made = true
@@ -340,24 +371,22 @@ final class Copier: @unchecked Sendable {
                 directoriesToRestrict.append((destination, info.st_mode & 0o777 & ~mask))
             }
         }
-        guard let directory = opendir(source) else {
-            fail("cannot access '\(source)'", Errno(rawValue: errno))
+        guard let directory = opendir(source.cString) else {
+            fail("cannot access \(source.quoted)", Errno(rawValue: errno))
             return
         }
-        var entries: [(name: String, isRegular: Bool)] = []
+        var entries: [(name: PathName, isRegular: Bool)] = []
         while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
-            }
-            if name != "." && name != ".." { entries.append((name, entry.pointee.d_type == DT_REG)) }
+            let name = Self.name(of: entry)
+            if !name.isDotOrDotDot { entries.append((name, entry.pointee.d_type == DT_REG)) }
         }
         closedir(directory)
         // Opened for the first regular file, and let go once the walk has left this directory and every
         // file in it has been copied.
         var directories: DirectoryPair??
         for (name, isRegular) in entries {
-            let from = Self.join(source, name)
-            let to = Self.join(destination, name)
+            let from = source.appending(name)
+            let to = destination.appending(name)
             if isRegular {
                 if directories == nil { directories = DirectoryPair.open(source, destination) }
                 // The directory entry already says it is a regular file, and the copy takes its status
@@ -371,27 +400,27 @@ final class Copier: @unchecked Sendable {
         if options.preserve { directoriesToFinish.append((destination, info)) }
     }
 
-    private func copyLink(_ source: String, to destination: String, info: stat) {
+    private func copyLink(_ source: PathName, to destination: PathName, info: stat) {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let count = readlink(source, &buffer, buffer.count - 1)
+        let count = readlink(source.cString, &buffer, buffer.count - 1)
         guard count >= 0 else {
-            fail("cannot read symbolic link '\(source)'", Errno(rawValue: errno))
+            fail("cannot read symbolic link \(source.quoted)", Errno(rawValue: errno))
             return
         }
         buffer[count] = 0
-        var rc = symlink(buffer, destination)
+        var rc = symlink(buffer, destination.cString)
         if rc != 0 && errno == EEXIST {
             // cp replaces an existing non-directory with the link.
             var existing = stat()
-            if lstat(destination, &existing) == 0 && existing.st_mode & S_IFMT != S_IFDIR {
-                unlink(destination)
-                rc = symlink(buffer, destination)
+            if lstat(destination.cString, &existing) == 0 && existing.st_mode & S_IFMT != S_IFDIR {
+                unlink(destination.cString)
+                rc = symlink(buffer, destination.cString)
             } else {
                 errno = EEXIST
             }
         }
         if rc != 0 {
-            fail("cannot create symbolic link '\(destination)'", Errno(rawValue: errno))
+            fail("cannot create symbolic link \(destination.quoted)", Errno(rawValue: errno))
             return
         }
         announce(source, destination)
@@ -401,30 +430,30 @@ final class Copier: @unchecked Sendable {
     /// A file cannot be written at a path ending in "/", and the ring would not see the slash (a `FilePath`
     /// drops it: `x/` is `x`), so this copy's outcome is settled here with plain calls, in cp's order and
     /// words: the destination's `stat`, the source's `open`, then the create, which fails.
-    private func refuseFile(_ source: String, toSlashed destination: String) {
+    private func refuseFile(_ source: PathName, toSlashed destination: PathName) {
         var existing = stat()
-        if stat(destination, &existing) == 0 {
-            fail("cannot overwrite directory '\(destination)' with non-directory")
+        if stat(destination.cString, &existing) == 0 {
+            fail("cannot overwrite directory \(destination.quoted) with non-directory")
             return
         }
         if errno != ENOENT {
-            fail("cannot stat '\(destination)'", Errno(rawValue: errno))
+            fail("cannot stat \(destination.quoted)", Errno(rawValue: errno))
             return
         }
         announce(source, destination)
         // Only whether the source could be read matters: a FIFO must not block this open.
-        let fd = open(source, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        let fd = open(source.cString, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         if fd < 0 {
-            fail("cannot open '\(source)' for reading", Errno(rawValue: errno))
+            fail("cannot open \(source.quoted) for reading", Errno(rawValue: errno))
             return
         }
         close(fd)
         // The create fails (a missing directory on the way, or EISDIR for the name itself, which cp reports
         // as ENOTDIR); Linux never makes a file whose name ends in "/".
-        let created = open(destination, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        let created = open(destination.cString, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         let failure = created < 0 && errno != EISDIR ? Errno(rawValue: errno) : .notDirectory
         if created >= 0 { close(created) }
-        fail("cannot create regular file '\(destination)'", failure)
+        fail("cannot create regular file \(destination.quoted)", failure)
     }
 
     /// Starts a file copy now if fewer than ``Limits/files`` run, or queues it.
@@ -434,8 +463,8 @@ final class Copier: @unchecked Sendable {
     /// once per file (a futex wake and a context switch each, which cost as much as a small file's copy);
     /// it only waits when ``Limits/backlog`` files are queued, until half of them have started.
     private func startFile(
-        _ source: String,
-        to destination: String,
+        _ source: PathName,
+        to destination: PathName,
         location: FileLocation,
         destinationIsNew: Bool
     ) {
@@ -487,66 +516,50 @@ final class Copier: @unchecked Sendable {
     }
 
     /// Sets mode, owner and times as `cp -p` does; ownership that cannot be kept is not an error.
-    func setMetadata(path: String, info: stat, isLink: Bool) {
+    func setMetadata(path: PathName, info: stat, isLink: Bool) {
         let flags = isLink ? AT_SYMLINK_NOFOLLOW : 0
-        _ = fchownat(AT_FDCWD, path, info.st_uid, info.st_gid, flags)
-        if !isLink && chmod(path, info.st_mode & 0o7777) != 0 {
-            fail("preserving permissions for '\(path)'", Errno(rawValue: errno))
+        _ = fchownat(AT_FDCWD, path.cString, info.st_uid, info.st_gid, flags)
+        if !isLink && chmod(path.cString, info.st_mode & 0o7777) != 0 {
+            fail("preserving permissions for \(path.quoted)", Errno(rawValue: errno))
         }
         let times = [info.st_atim, info.st_mtim]
-        if utimensat(AT_FDCWD, path, times, flags) != 0 {
-            fail("preserving times for '\(path)'", Errno(rawValue: errno))
+        if utimensat(AT_FDCWD, path.cString, times, flags) != 0 {
+            fail("preserving times for \(path.quoted)", Errno(rawValue: errno))
         }
     }
 
     // MARK: Paths
 
-    /// `directory/name` spelled as cp's `file_name_concat` does, so that `-v` lines and messages match:
-    /// the directory's trailing slashes are dropped (`dir//` and `f` give `dir/f`), a root's are kept.
-    static func join(_ directory: String, _ name: String) -> String {
-        guard directory.hasSuffix("/") else { return directory + "/" + name }
-        guard let last = directory.lastIndex(where: { $0 != "/" }) else { return directory + name }
-        return directory[...last] + "/" + name
-    }
-
-    static func basename(_ path: String) -> String {
-        FilePath(path).lastComponent?.string ?? path
+    /// A directory entry's name, as its bytes.
+    static func name(of entry: UnsafeMutablePointer<dirent>) -> PathName {
+        withUnsafeBytes(of: entry.pointee.d_name) { PathName($0.bindMemory(to: CChar.self).baseAddress!) }
     }
 
     /// cp's refusal to copy a directory into itself, when `destination` would lie inside `source`.
-    static func intoItself(_ source: String, _ destination: String) -> String? {
-        guard let resolvedSource = realPath(source) else { return nil }
-        let parent = FilePath(destination).removingLastComponent().string
-        guard let resolvedParent = realPath(parent.isEmpty ? "." : parent) else { return nil }
-        let resolvedDestination = join(resolvedParent, basename(destination))
-        if resolvedDestination == resolvedSource || resolvedDestination.hasPrefix(join(resolvedSource, "")) {
-            return "cannot copy a directory, '\(source)', into itself, '\(destination)'"
+    static func intoItself(_ source: PathName, _ destination: PathName) -> String? {
+        guard let resolvedSource = source.resolved, let resolvedParent = destination.parent.resolved else {
+            return nil
+        }
+        if resolvedParent.appending(destination.lastComponent).isWithin(resolvedSource) {
+            return "cannot copy a directory, \(source.quoted), into itself, \(destination.quoted)"
         }
         return nil
     }
 
-    static func realPath(_ path: String) -> String? {
-        guard let resolved = realpath(path, nil) else { return nil }
-        defer { free(resolved) }
-        return String(cString: resolved)
-    }
-
     /// Bytes of regular files under `path`, for the progress bar's total.
-    static func bytes(under path: String, recursive: Bool) -> Int64 {
+    static func bytes(under path: PathName, recursive: Bool) -> Int64 {
         var info = stat()
-        guard (recursive ? lstat(path, &info) : stat(path, &info)) == 0 else { return 0 }
+        guard (recursive ? lstat(path.cString, &info) : stat(path.cString, &info)) == 0 else { return 0 }
         switch info.st_mode & S_IFMT {
         case S_IFREG:
             return Int64(info.st_size)
         case S_IFDIR where recursive:
-            guard let directory = opendir(path) else { return 0 }
+            guard let directory = opendir(path.cString) else { return 0 }
             defer { closedir(directory) }
             var total: Int64 = 0
             while let entry = readdir(directory) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
-                }
-                if name != "." && name != ".." { total += bytes(under: join(path, name), recursive: true) }
+                let name = name(of: entry)
+                if !name.isDotOrDotDot { total += bytes(under: path.appending(name), recursive: true) }
             }
             return total
         default:

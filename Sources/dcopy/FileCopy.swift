@@ -2,6 +2,7 @@ import DispatchData
 import DispatchIO
 import DispatchQueues
 import SystemPackage
+import ToolSupport
 import URing
 
 #if canImport(Glibc)
@@ -21,8 +22,8 @@ private let seekHole: CInt = 4  // SEEK_HOLE
 /// with `ftruncate` at the end. Then `-p` metadata, and `close` of both through the ring.
 final class FileCopy: @unchecked Sendable {
     private let copier: Copier
-    private let source: String
-    private let destination: String
+    private let source: PathName
+    private let destination: PathName
     private let completion: @Sendable () -> Void
     /// Where this file's completions and channel handlers run (serial).
     private let queue: WorkQueue
@@ -64,8 +65,8 @@ final class FileCopy: @unchecked Sendable {
 
     init(
         copier: Copier,
-        source: String,
-        destination: String,
+        source: PathName,
+        destination: PathName,
         location: FileLocation = .paths,
         destinationIsNew: Bool = false,
         completion: @escaping @Sendable () -> Void
@@ -108,7 +109,7 @@ final class FileCopy: @unchecked Sendable {
             lock.withLock {
                 switch result {
                 case .success(let info): sourceInfo = info
-                case .failure(let error): self.error = "cannot stat '\(source)': \(describe(error))"
+                case .failure(let error): self.error = "cannot stat \(source.quoted): \(describe(error))"
                 }
             }
             next()
@@ -124,7 +125,7 @@ final class FileCopy: @unchecked Sendable {
         {
             // The same file by another name (a hard link, a symbolic link, the same path): truncating the
             // destination would destroy the source, so cp refuses before opening anything.
-            lock.withLock { error = "'\(source)' and '\(destination)' are the same file" }
+            lock.withLock { error = "\(source.quoted) and \(destination.quoted) are the same file" }
             return queue.async { [self] in end() }
         }
         if let refusal = destinationStatRefusal(existing) {
@@ -189,7 +190,7 @@ final class FileCopy: @unchecked Sendable {
                 // open it for writing again (a read-only source). On the queue: `unlink` can block, and
                 // this handler runs on the ring thread.
                 queue.async { [self] in
-                    unlink(destination)
+                    unlink(destination.cString)
                     lock.withLock { readToEnd = true }
                     openSource(info, existed: false)
                 }
@@ -206,14 +207,14 @@ final class FileCopy: @unchecked Sendable {
     /// opened for writing, not created).
     private func message(_ step: FileCopyStep, _ failure: Errno, existed: Bool = false) -> String {
         switch step {
-        case .openSource: "cannot open '\(source)' for reading: \(describe(failure))"
-        case .openDestination where existed: "cannot open '\(destination)' for writing: \(describe(failure))"
+        case .openSource: "cannot open \(source.quoted) for reading: \(describe(failure))"
+        case .openDestination where existed: "cannot open \(destination.quoted) for writing: \(describe(failure))"
         case .openDestination:
             danglingLinkRefusal(failure, existed: false)
-                ?? "cannot create regular file '\(destination)': \(describe(failure))"
-        case .read: "error reading '\(source)': \(describe(failure))"
-        case .write: "error writing '\(destination)': \(describe(failure))"
-        case .closeDestination: "failed to close '\(destination)': \(describe(failure))"
+                ?? "cannot create regular file \(destination.quoted): \(describe(failure))"
+        case .read: "error reading \(source.quoted): \(describe(failure))"
+        case .write: "error writing \(destination.quoted): \(describe(failure))"
+        case .closeDestination: "failed to close \(destination.quoted): \(describe(failure))"
         }
     }
 
@@ -240,14 +241,14 @@ final class FileCopy: @unchecked Sendable {
     /// non-directory or an unsearchable directory on the way): cp stops there, before opening anything.
     private func destinationStatRefusal(_ existing: Result<FileStatus, Errno>?) -> String? {
         guard case .failure(let failure) = existing, failure != .noSuchFileOrDirectory else { return nil }
-        return "cannot stat '\(destination)': \(describe(failure))"
+        return "cannot stat \(destination.quoted): \(describe(failure))"
     }
 
     /// cp's refusal when the exclusive create found a name that `stat` did not: a symbolic link to nothing.
     private func danglingLinkRefusal(_ failure: Errno, existed: Bool) -> String? {
         var byte: CChar = 0
-        guard failure == .fileExists, !existed, readlink(destination, &byte, 1) >= 0 else { return nil }
-        return "not writing through dangling symlink '\(destination)'"
+        guard failure == .fileExists, !existed, readlink(destination.cString, &byte, 1) >= 0 else { return nil }
+        return "not writing through dangling symlink \(destination.quoted)"
     }
 
     private func begin(_ info: FileStatus) {
@@ -409,12 +410,12 @@ final class FileCopy: @unchecked Sendable {
             }
             if fchmod(destinationFD, mode_t(info.mode & 0o7777)) != 0 {
                 let failure = Errno(rawValue: errno)
-                lock.withLock { error = "preserving permissions for '\(destination)': \(describe(failure))" }
+                lock.withLock { error = "preserving permissions for \(destination.quoted): \(describe(failure))" }
             }
             let times = [info.accessTime, info.modificationTime]
             if futimens(destinationFD, times) != 0 {
                 let failure = Errno(rawValue: errno)
-                lock.withLock { error = "preserving times for '\(destination)': \(describe(failure))" }
+                lock.withLock { error = "preserving times for \(destination.quoted): \(describe(failure))" }
             }
         }
         end()

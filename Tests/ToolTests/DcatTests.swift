@@ -52,6 +52,34 @@ struct DcatTests {
         }
     }
 
+    // Names in messages are quoted as cat quotes them (quotef: only when a shell needs it, or for a colon),
+    // in the C and UTF-8 locales.
+    @Test(arguments: messageLocales)
+    func awkwardNamesAreQuotedAsCatQuotesThem(_ locale: String) throws {
+        try inScratch { scratch in
+            let names = awkwardNames.joined(separator: " ")
+            let script =
+                "export LC_ALL=\(locale); for n in \(names) \(quirkyName) plain; do %cat \"$n\" || echo $?; done"
+            let cat = try scratch.run(script.replacingOccurrences(of: "%cat", with: "cat"))
+            let dcat = try scratch.run(script.replacingOccurrences(of: "%cat", with: "\"$DCAT\""))
+            #expect(dcat.stdout == cat.stdout)
+            #expect(dcat.stderr == renamed(cat.stderr, from: "cat", to: "dcat"))
+            #expect(dcat.stderr.contains("dcat: plain: No such file or directory\n"))
+        }
+    }
+
+    // As with getopt, the first `--` ends the options; a later one is a file.
+    @Test func doubleDashEndsTheOptions() throws {
+        try inScratch { scratch in
+            let (cat, dcat) = try both(scratch, "-- -n - -- -n", setup: "printf opt > ./-n; printf in |")
+            #expect(cat.status == 1)
+            #expect(cat.stdout == Data("optinopt".utf8))
+            #expect(
+                dcat == Outcome(status: 1, stdout: cat.stdout, stderr: renamed(cat.stderr, from: "cat", to: "dcat"))
+            )
+        }
+    }
+
     @Test func standardInputWithoutArgumentsAndAsDash() throws {
         try inScratch { scratch in
             let (cat, dcat) = try both(

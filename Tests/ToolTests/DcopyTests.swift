@@ -352,6 +352,41 @@ struct DcopyTests {
         }
     }
 
+    // A file name is bytes: one that is not UTF-8 names its file, as an operand and inside a tree.
+    @Test func namesThatAreNotUTF8() throws {
+        try inScratch { scratch in
+            let file = "\"$(printf 'b\\377')\""
+            let directory = "\"$(printf 'd\\376')\""
+            let result = try both(
+                scratch,
+                setup: "mkdir -p s/\(directory) && printf x > s/\(file) && printf y > s/\(directory)/\(file)",
+                "%cp -rv s t | sort; %cp -v s/\(file) \"$(printf 'c\\375')\" && %cp \"$(printf 'm\\374')\" x",
+                check: "find . -mindepth 1 -printf '%y %m %s %p\\n' | LC_ALL=C sort | od -c; cat t/*/*"
+            )
+            expectSame(result)
+            #expect(result.oursCheck.stdout == result.theirsCheck.stdout)
+            #expect(result.oursCheck.text.hasSuffix("y"))
+            #expect(result.ours.stderr == "dcopy: cannot stat 'm'$'\\374': No such file or directory\n")
+        }
+    }
+
+    // Names in messages and -v lines are quoted as cp quotes them (quoteaf), in the C and UTF-8 locales.
+    @Test(arguments: messageLocales)
+    func awkwardNamesAreQuotedAsCpQuotesThem(_ locale: String) throws {
+        try inScratch { scratch in
+            let names = awkwardNames.joined(separator: " ")
+            let result = try both(
+                scratch,
+                setup: "mkdir d; for n in \(names); do printf x > \"$n\"; done",
+                "export LC_ALL=\(locale); for n in \(names); do %cp -v \"$n\" d/; %cp \"no$n\" d/ || echo $?; done; %cp \(quirkyName) d/",
+                check: Self.listing
+            )
+            expectSame(result)
+            #expect(result.ours.stdout.count > 200)
+            #expect(result.ours.stderr.split(separator: "\n").count >= awkwardNames.count)
+        }
+    }
+
     @Test func missingOperands() throws {
         try inScratch { scratch in
             let ours = try scratch.run("\"$DCOPY\" onlyone")
