@@ -41,9 +41,34 @@ struct DCopy: ParsableCommand {
     @Argument(help: "Sources, then the destination.")
     var paths: [String] = []
 
+    static func main() {
+        // cp's words and exit status (1) for an option it does not have, not ArgumentParser's (64).
+        let refusal = unknownOptionMessage(
+            in: CommandLine.arguments.dropFirst(),
+            shortFlags: ["r", "R", "p", "v", "h"],
+            longFlags: ["recursive", "verbose", "progress", "help"]
+        )
+        do {
+            if let refusal { throw ValidationError(refusal) }
+            var command = try parseAsRoot()
+            try command.run()
+        } catch  where exitCode(for: error) == .validationFailure {
+            printError("dcopy: \(refusal ?? message(for: error))\nTry 'dcopy --help' for more information.\n")
+            Glibc.exit(1)
+        } catch {
+            exit(withError: error)
+        }
+    }
+
     func run() throws {
+        // Before anything opens a descriptor (the engine opens its ring when the copier is made).
+        let standard = StandardDescriptors.reserve()
         let options = Options(recursive: recursive, preserve: preserve, verbose: verbose)
-        let copier = Copier(options: options, showProgress: progress && isatty(STDERR_FILENO) == 1)
+        let copier = Copier(
+            options: options,
+            showProgress: progress && isatty(STDERR_FILENO) == 1,
+            outputWasClosed: standard.outputWasClosed
+        )
         Glibc.exit(copier.run(Self.operandBytes(parsed: paths)))
     }
 
@@ -226,37 +251,37 @@ final class Copier: @unchecked Sendable {
     private let running = WorkGroup()
     private let failed = Locked(false)
     let meter: ProgressMeter?
+    /// Standard output was closed at start (it is /dev/null now): a `-v` line fails as it would for cp.
+    private let outputWasClosed: Bool
+    /// The first `-v` line's write error, reported at the end.
+    private let outputError = Locked<Errno?>(nil)
     /// Directories whose mode and times are set once their contents are in (`-p`), innermost first.
     private var directoriesToFinish: [(path: PathName, info: stat)] = []
     /// Directories made writable by their owner while being filled (without `-p`), and their final mode.
     private var directoriesToRestrict: [(path: PathName, mode: mode_t)] = []
 
-    init(options: Options, showProgress: Bool) {
+    init(options: Options, showProgress: Bool, outputWasClosed: Bool = false) {
         self.options = options
+        self.outputWasClosed = outputWasClosed
         meter = showProgress ? ProgressMeter() : nil
     }
 
     /// Runs the command; returns the exit status.
     func run(_ paths: [PathName]) -> Int32 {
         guard let target = paths.last else {
-            fail("missing file operand")
+            fail("missing file operand\nTry 'dcopy --help' for more information.")
             return 1
         }
         guard paths.count >= 2 else {
-            fail("missing destination file operand after \(target.quoted)")
+            fail("missing destination file operand after \(target.quoted)\nTry 'dcopy --help' for more information.")
             return 1
         }
         let sources = paths.dropLast()
         var targetInfo = stat()
         let targetFound = stat(target.cString, &targetInfo) == 0
-        let targetError = Errno(rawValue: errno)
         let targetIsDirectory = targetFound && targetInfo.st_mode & S_IFMT == S_IFDIR
         if sources.count > 1 && !targetIsDirectory {
-            if targetFound {
-                fail("target \(target.quoted) is not a directory")
-            } else {
-                fail("target \(target.quoted)", targetError)
-            }
+            fail("target \(target.quoted)", targetFound ? .notDirectory : Errno(rawValue: errno))
             return 1
         }
         if let meter {
@@ -272,6 +297,10 @@ final class Copier: @unchecked Sendable {
         for (path, mode) in directoriesToRestrict { chmod(path.cString, mode) }
         for (path, info) in directoriesToFinish { setMetadata(path: path, info: info, isLink: false) }
         meter?.finish()
+        // cp reports a failed -v line once, at the end, as its standard output is closed.
+        if let error = outputError.withLock({ $0 }) {
+            fail("write error: \(describe(error))")
+        }
         return failed.withLock { $0 } ? 1 : 0
     }
 
@@ -297,7 +326,9 @@ final class Copier: @unchecked Sendable {
     }
 
     func announce(_ source: PathName, _ destination: PathName) {
-        if options.verbose { printOutput("\(source.quoted) -> \(destination.quoted)\n") }
+        guard options.verbose else { return }
+        let failure = outputWasClosed ? .badFileDescriptor : printOutput("\(source.quoted) -> \(destination.quoted)\n")
+        if let failure { outputError.withLock { $0 = $0 ?? failure } }
     }
 
     // MARK: Walking
@@ -614,10 +645,10 @@ func printError(_ message: String) {
     }
 }
 
-/// Writes `-v` lines to standard output in one system call each.
-func printOutput(_ message: String) {
+/// Writes a `-v` line to standard output in one system call; returns the error if that failed.
+func printOutput(_ message: String) -> Errno? {
     var message = message
-    message.withUTF8 { bytes in
-        _ = Glibc.write(STDOUT_FILENO, bytes.baseAddress, bytes.count)
+    return message.withUTF8 { bytes in
+        Glibc.write(STDOUT_FILENO, bytes.baseAddress, bytes.count) < 0 ? Errno(rawValue: errno) : nil
     }
 }

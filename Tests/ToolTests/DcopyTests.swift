@@ -387,11 +387,62 @@ struct DcopyTests {
         }
     }
 
-    @Test func missingOperands() throws {
+    // Usage errors: cp's words, its "Try" line and its exit status 1 (ArgumentParser's would be 64).
+    @Test func missingOperandsAndUnknownOptions() throws {
         try inScratch { scratch in
-            let ours = try scratch.run("\"$DCOPY\" onlyone")
-            #expect(ours.status == 1)
-            #expect(ours.stderr == "dcopy: missing destination file operand after 'onlyone'\n")
+            let result = try both(
+                scratch,
+                setup: "printf a > a",
+                "%cp; echo $?; %cp onlyone; echo $?; %cp -q a b; echo $?; %cp --bogus a b; echo $?; "
+                    + "%cp --verbose=yes a b; echo $?; %cp -- -r a; echo $?",
+                check: Self.listing
+            )
+            expectSame(result)
+            #expect(result.ours.text == "1\n1\n1\n1\n1\n1\n")
+            #expect(
+                result.ours.stderr.hasPrefix("dcopy: missing file operand\nTry 'dcopy --help' for more information.\n")
+            )
+        }
+    }
+
+    // Several sources into an existing file: cp's "Not a directory", from its open of the target.
+    @Test func severalSourcesIntoAFile() throws {
+        try inScratch { scratch in
+            let result = try both(scratch, setup: "printf a > a; printf f > f", "%cp a a f", check: Self.listing)
+            #expect(result.ours.stderr == "dcopy: target 'f': Not a directory\n")
+            expectSame(result)
+        }
+    }
+
+    // A -v line that cannot be written is cp's "write error" at the end, exit status 1; the copy is made.
+    @Test func verboseLinesThatCannotBeWritten() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "printf a > a",
+                "%cp -v a b > /dev/full; echo $? >&2; %cp -v a c >&-; echo $? >&2",
+                check: Self.listing
+            )
+            #expect(
+                result.ours.stderr == "dcopy: write error: No space left on device\n1\n"
+                    + "dcopy: write error: Bad file descriptor\n1\n"
+            )
+            expectSame(result)
+        }
+    }
+
+    // Started without standard output, input and error, dcopy still copies into files of its own: no
+    // descriptor it opens takes a standard number, so no -v line or message lands in a copy.
+    @Test func closedStandardDescriptorsAreNotReused() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir -p s/d && printf a > s/a && printf b > s/d/b",
+                "%cp -rv s t <&- >&- 2>&-; echo $?; %cp -r s u <&- >&- 2>&-; echo $?; %cp missing x 2>&-; echo $?",
+                check: Self.listing
+            )
+            #expect(result.ours.text == "1\n0\n1\n")
+            expectSame(result)
         }
     }
 }

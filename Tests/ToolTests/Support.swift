@@ -98,6 +98,7 @@ func inScratch(_ body: (Scratch) throws -> Void) throws {
 /// The peer's message with its name replaced by ours, for comparing stderr.
 func renamed(_ message: String, from peer: String, to tool: String) -> String {
     message.replacingOccurrences(of: "\(peer): ", with: "\(tool): ")
+        .replacingOccurrences(of: "Try '\(peer) --help'", with: "Try '\(tool) --help'")
 }
 
 /// Whether this process runs as root (permission tests then drop to uid 65534 in the child).

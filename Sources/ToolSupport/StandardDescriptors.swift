@@ -1,0 +1,35 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Which of the standard descriptors (0, 1, 2) the process started without.
+///
+/// A tool started with one of them closed (`dcat <&-`, `dcopy -v a b >&-`) would otherwise hand that
+/// number to the next descriptor it opens: the ring, its `eventfd`, a destination file. It would then read
+/// "standard input" from its own `eventfd` (and wait forever), or write `-v` lines into a copied file.
+/// ``reserve()`` fills each closed one with `/dev/null`, and the tools report the closed stream as cat and
+/// cp do: `standard output: Bad file descriptor`, `-: Bad file descriptor`, `write error: …`.
+package struct StandardDescriptors: Sendable {
+    /// Descriptor 0 was closed.
+    package let inputWasClosed: Bool
+    /// Descriptor 1 was closed.
+    package let outputWasClosed: Bool
+    /// Descriptor 2 was closed: messages go nowhere, as they would for cat and cp.
+    package let errorWasClosed: Bool
+
+    /// Opens `/dev/null` on each closed standard descriptor, lowest first, and says which were closed.
+    /// Call it first, before anything opens a descriptor (the engine opens its ring when first used).
+    package static func reserve() -> StandardDescriptors {
+        var closed = [false, false, false]
+        for fd in CInt(0)...2 where fcntl(fd, F_GETFD) == -1 && errno == EBADF {
+            closed[Int(fd)] = true
+            // The lowest free number is this one, since those below it are open (or just filled).
+            let filler = open("/dev/null", (fd == 0 ? O_RDONLY : O_WRONLY))
+            if filler >= 0 && filler != fd {
+                dup2(filler, fd)
+                close(filler)
+            }
+        }
+        return StandardDescriptors(inputWasClosed: closed[0], outputWasClosed: closed[1], errorWasClosed: closed[2])
+    }
+}
