@@ -357,7 +357,8 @@ final class Copier: @unchecked Sendable {
             copyDirectory(source, to: destination, info: info, topLevel: topLevel)
         case S_IFLNK:
             copyLink(source, to: destination, info: info)
-        case S_IFIFO where options.recursive, S_IFCHR where options.recursive, S_IFBLK where options.recursive:
+        case S_IFIFO where options.recursive, S_IFCHR where options.recursive, S_IFBLK where options.recursive,
+            S_IFSOCK where options.recursive:
             // cp -r recreates special files instead of reading them (which could block forever).
             if mknod(destination.cString, info.st_mode, info.st_rdev) != 0 {
                 fail("cannot create special file \(destination.quoted)", Errno(rawValue: errno))
@@ -390,7 +391,9 @@ final class Copier: @unchecked Sendable {
             return
         } else {
             // cp creates the directory writable by its owner while it fills it, then gives it its mode.
-            if mkdir(destination.cString, (info.st_mode & 0o777) | S_IRWXU) != 0 {
+            // All the mode bits, as cp passes them: mkdir keeps the sticky bit and drops set-user-ID and
+            // set-group-ID (a directory inherits its parent's set-group-ID).
+            if mkdir(destination.cString, (info.st_mode & 0o7777) | S_IRWXU) != 0 {
                 fail("cannot create directory \(destination.quoted)", Errno(rawValue: errno))
                 return
             }
@@ -399,7 +402,7 @@ final class Copier: @unchecked Sendable {
             if !options.preserve && info.st_mode & S_IRWXU != S_IRWXU {
                 let mask = umask(0)
                 umask(mask)
-                directoriesToRestrict.append((destination, info.st_mode & 0o777 & ~mask))
+                directoriesToRestrict.append((destination, info.st_mode & 0o1777 & ~mask))
             }
         }
         guard let directory = opendir(source.cString) else {
@@ -549,8 +552,9 @@ final class Copier: @unchecked Sendable {
     /// Sets mode, owner and times as `cp -p` does; ownership that cannot be kept is not an error.
     func setMetadata(path: PathName, info: stat, isLink: Bool) {
         let flags = isLink ? AT_SYMLINK_NOFOLLOW : 0
-        _ = fchownat(AT_FDCWD, path.cString, info.st_uid, info.st_gid, flags)
-        if !isLink && chmod(path.cString, info.st_mode & 0o7777) != 0 {
+        let ownerKept = fchownat(AT_FDCWD, path.cString, info.st_uid, info.st_gid, flags) == 0
+        if !ownerKept { _ = fchownat(AT_FDCWD, path.cString, uid_t.max, info.st_gid, flags) }
+        if !isLink && chmod(path.cString, info.st_mode & preservedModeBits(ownerKept: ownerKept)) != 0 {
             fail("preserving permissions for \(path.quoted)", Errno(rawValue: errno))
         }
         let times = [info.st_atim, info.st_mtim]
@@ -597,6 +601,13 @@ final class Copier: @unchecked Sendable {
             return 0
         }
     }
+}
+
+/// The mode bits `-p` keeps: all of them, or without set-user-ID and set-group-ID when the owner could not
+/// be kept, as cp does: a set-user-ID file of root's copied by another user must not become a set-user-ID
+/// file of that user's.
+func preservedModeBits(ownerKept: Bool) -> mode_t {
+    ownerKept ? 0o7777 : 0o1777
 }
 
 /// Read chunks that may be held at once across all files; a file that finds none waits its turn.

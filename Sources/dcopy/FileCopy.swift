@@ -208,7 +208,9 @@ final class FileCopy: @unchecked Sendable {
     private func message(_ step: FileCopyStep, _ failure: Errno, existed: Bool = false) -> String {
         switch step {
         case .openSource: "cannot open \(source.quoted) for reading: \(describe(failure))"
-        case .openDestination where existed: "cannot open \(destination.quoted) for writing: \(describe(failure))"
+        // coreutils 9 says "create" also when the file existed and could not be opened for writing.
+        case .openDestination where existed:
+            "cannot create regular file \(destination.quoted): \(describe(failure))"
         case .openDestination:
             danglingLinkRefusal(failure, existed: false)
                 ?? "cannot create regular file \(destination.quoted): \(describe(failure))"
@@ -404,11 +406,10 @@ final class FileCopy: @unchecked Sendable {
             lock.withLock { error = message(.write, failure) }
         }
         if failure == nil && copier.options.preserve, let info = lock.withLock({ sourceInfo }) {
-            if fchown(destinationFD, info.uid, info.gid) != 0 {
-                // cp -p keeps the group if it can when the owner cannot be kept, and says nothing.
-                _ = fchown(destinationFD, uid_t.max, info.gid)
-            }
-            if fchmod(destinationFD, mode_t(info.mode & 0o7777)) != 0 {
+            let ownerKept = fchown(destinationFD, info.uid, info.gid) == 0
+            // cp -p keeps the group if it can when the owner cannot be kept, and says nothing.
+            if !ownerKept { _ = fchown(destinationFD, uid_t.max, info.gid) }
+            if fchmod(destinationFD, mode_t(info.mode) & preservedModeBits(ownerKept: ownerKept)) != 0 {
                 let failure = Errno(rawValue: errno)
                 lock.withLock { error = "preserving permissions for \(destination.quoted): \(describe(failure))" }
             }

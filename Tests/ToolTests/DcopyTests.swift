@@ -1,6 +1,10 @@
 import Foundation
 import Testing
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// dcopy against GNU cp: each case runs cp in `theirs/` and dcopy in `ours/` with the same relative
 /// names, so results and messages compare directly.
 @Suite(.timeLimit(.minutes(1)))
@@ -232,17 +236,72 @@ struct DcopyTests {
         }
     }
 
+    // Without -p a new directory keeps its sticky bit and loses set-user-ID and set-group-ID, as mkdir
+    // does with all of cp's mode bits; a file loses all three. Under either umask.
+    @Test(arguments: ["022", "077"])
+    func specialModeBitsOfNewDirectories(_ umask: String) throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir -p s/sticky s/setgid s/all s/stickyReadOnly s/sticky/in; printf f > s/f; "
+                    + "chmod 1777 s/sticky; chmod 2755 s/setgid; chmod 7777 s/all; chmod 1555 s/stickyReadOnly; "
+                    + "chmod 4755 s/f",
+                "umask \(umask); %cp -r s t",
+                check: Self.listing
+            )
+            #expect(result.theirsCheck.text.contains("./t/sticky dir 17"))
+            expectSame(result)
+        }
+    }
+
+    // cp -p by a user who cannot keep the owner drops set-user-ID and set-group-ID: a set-user-ID file of
+    // root's must not become one of that user's. The sticky bit stays.
+    @Test(.enabled(if: isRoot))
+    func preserveAsAnotherUserDropsSetIDBits() throws {
+        try inScratch { scratch in
+            let drop = "setpriv --reuid=65534 --regid=65534 --clear-groups"
+            let result = try both(
+                scratch,
+                setup: "chmod 777 .; mkdir -p s/all s/setgid; printf f > s/f; chmod 4755 s/f; chmod 7777 s/all; "
+                    + "chmod 2755 s/setgid; chmod 777 s",
+                "\(drop) %cp -rp s t; \(drop) %cp -p s/f f",
+                check: Self.listing
+            )
+            #expect(result.theirsCheck.text.contains("./f file 755 "))
+            expectSame(result)
+        }
+    }
+
+    // A socket in a tree is made again (mknod), as cp -r does, not opened.
+    @Test func socketsAreRecreatedWithRecursive() throws {
+        try inScratch { scratch in
+            // One socket, linked into both sides' trees (a hard link to a socket is a socket).
+            try makeSocket(at: scratch.path + "/so")
+            let result = try both(
+                scratch,
+                setup: "mkdir s; ln ../so s/so",
+                "%cp -r s t; stat -c %F t/so",
+                check: Self.listing
+            )
+            #expect(result.theirs.text == "socket\n")
+            expectSame(result)
+        }
+    }
+
     @Test func unreadableSourceAsUnprivilegedUser() throws {
         try inScratch { scratch in
             let drop = isRoot ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : ""
             let result = try both(
                 scratch,
-                setup: "chmod 777 .; printf s > locked; chmod 000 locked; mkdir ro; chmod 555 ro; printf x > ok",
-                "\(drop) %cp locked out; \(drop) %cp ok ro/x",
+                setup: "chmod 777 .; printf s > locked; chmod 000 locked; mkdir ro; chmod 555 ro; printf x > ok; "
+                    + "printf z > kept; chmod 444 kept",
+                "\(drop) %cp locked out; \(drop) %cp ok ro/x; \(drop) %cp ok kept",
                 check: Self.listing
             )
             #expect(result.ours.stderr.contains("dcopy: cannot open 'locked' for reading: Permission denied\n"))
             #expect(result.ours.stderr.contains("dcopy: cannot create regular file 'ro/x': Permission denied\n"))
+            // An existing file that cannot be opened for writing: coreutils 9 words it as a create too.
+            #expect(result.ours.stderr.contains("dcopy: cannot create regular file 'kept': Permission denied\n"))
             expectSame(result)
         }
     }
@@ -445,6 +504,22 @@ struct DcopyTests {
             expectSame(result)
         }
     }
+}
+
+/// Binds a Unix-domain socket at `path` and closes it: the socket file stays.
+private func makeSocket(at path: String) throws {
+    let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+    try #require(fd >= 0)
+    defer { close(fd) }
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    withUnsafeMutableBytes(of: &address.sun_path) { raw in
+        for (index, byte) in path.utf8.prefix(raw.count - 1).enumerated() { raw[index] = byte }
+    }
+    let bound = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+    }
+    try #require(bound == 0)
 }
 
 /// A regular sysfs file whose contents are shorter than its size (4096).
