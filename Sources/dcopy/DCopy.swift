@@ -195,6 +195,30 @@ struct FileLocation: Sendable {
     static let paths = FileLocation(directories: nil, name: "")
 }
 
+/// A file by device and inode.
+struct FileID: Hashable {
+    let device: dev_t
+    let inode: ino_t
+
+    init(_ info: stat) {
+        device = info.st_dev
+        inode = info.st_ino
+    }
+}
+
+/// A command-line source as cp tells two apart: the file, its last component and its directory.
+struct SourceMention: Hashable {
+    let file: FileID
+    let name: PathName
+    let directory: FileID
+}
+
+/// The command-line sources seen so far, and the destinations they were copied to (whether a directory).
+struct CommandLineSources {
+    var mentions: Set<SourceMention> = []
+    var made: [PathName: Bool] = [:]
+}
+
 /// A regular file found by the walk, waiting for its copy to start.
 struct PendingFile {
     let source: PathName
@@ -255,6 +279,9 @@ final class Copier: @unchecked Sendable {
     private let outputWasClosed: Bool
     /// The first `-v` line's write error, reported at the end.
     private let outputError = Locked<Errno?>(nil)
+    /// What cp remembers of the sources on a command line with two or more: set before the walk, then
+    /// used by the walker alone.
+    private var commandLine: CommandLineSources?
     /// Directories whose mode and times are set once their contents are in (`-p`), innermost first.
     private var directoriesToFinish: [(path: PathName, info: stat)] = []
     /// Directories made writable by their owner while being filled (without `-p`), and their final mode.
@@ -287,6 +314,9 @@ final class Copier: @unchecked Sendable {
         if let meter {
             meter.total = sources.reduce(0) { $0 + Self.bytes(under: $1, recursive: options.recursive) }
             meter.start()
+        }
+        if sources.count >= 2 {
+            commandLine = CommandLineSources()
         }
         for source in sources {
             let destination = targetIsDirectory ? target.appending(source.lastComponent) : target
@@ -348,12 +378,14 @@ final class Copier: @unchecked Sendable {
             fail("cannot stat \(source.quoted)", Errno(rawValue: errno))
             return
         }
+        if info.st_mode & S_IFMT == S_IFDIR && !options.recursive {
+            fail("-r not specified; omitting directory \(source.quoted)")
+            return
+        }
+        if topLevel && !isFirstMention(of: source, info) { return }
+        if topLevel && !settle(destination, for: source, isDirectory: info.st_mode & S_IFMT == S_IFDIR) { return }
         switch info.st_mode & S_IFMT {
         case S_IFDIR:
-            guard options.recursive else {
-                fail("-r not specified; omitting directory \(source.quoted)")
-                return
-            }
             copyDirectory(source, to: destination, info: info, topLevel: topLevel)
         case S_IFLNK:
             copyLink(source, to: destination, info: info)
@@ -370,6 +402,42 @@ final class Copier: @unchecked Sendable {
             if destination.endsWithSlash { return refuseFile(source, toSlashed: destination) }
             startFile(source, to: destination, location: .paths, destinationIsNew: destinationIsNew)
         }
+    }
+
+    /// Whether a command-line source is named for the first time; cp warns about a file or directory named
+    /// twice (`a a`, `s/a s/./a`: the same file, last component and directory) and copies it once.
+    private func isFirstMention(of source: PathName, _ info: stat) -> Bool {
+        guard commandLine != nil else { return true }
+        var directory = stat()
+        _ = stat(source.parent.cString, &directory)
+        let mention = SourceMention(
+            file: FileID(info),
+            name: source.lastComponent,
+            directory: FileID(directory)
+        )
+        if commandLine!.mentions.insert(mention).inserted { return true }
+        let kind = info.st_mode & S_IFMT == S_IFDIR ? "directory" : "file"
+        printError("dcopy: warning: source \(kind) \(source.quoted) specified more than once\n")
+        return false
+    }
+
+    /// Whether a command-line source may be copied to `destination` now. cp will not copy a file onto a
+    /// file an earlier source on the same command line made (two sources with one name, copied into a
+    /// directory). Otherwise, when an earlier source went to the same place (a directory merging into an
+    /// earlier one's copy, or a file meeting a directory), that source's copies land first, as they would
+    /// have with cp, which copies one file at a time: then the checks below see what cp would see.
+    private func settle(_ destination: PathName, for source: PathName, isDirectory: Bool) -> Bool {
+        guard commandLine != nil else { return true }
+        guard let earlierIsDirectory = commandLine!.made[destination] else {
+            commandLine!.made[destination] = isDirectory
+            return true
+        }
+        if !isDirectory && !earlierIsDirectory {
+            fail("will not overwrite just-created \(destination.quoted) with \(source.quoted)")
+            return false
+        }
+        running.wait()
+        return true
     }
 
     private func copyDirectory(_ source: PathName, to destination: PathName, info: stat, topLevel: Bool) {

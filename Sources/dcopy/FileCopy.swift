@@ -128,6 +128,10 @@ final class FileCopy: @unchecked Sendable {
             lock.withLock { error = "\(source.quoted) and \(destination.quoted) are the same file" }
             return queue.async { [self] in end() }
         }
+        if case .success(let other) = existing, other.isDirectory {
+            lock.withLock { error = "cannot overwrite directory \(destination.quoted) with non-directory" }
+            return queue.async { [self] in end() }
+        }
         if let refusal = destinationStatRefusal(existing) {
             lock.withLock { error = refusal }
             return queue.async { [self] in end() }

@@ -272,6 +272,48 @@ struct DcopyTests {
         }
     }
 
+    // A source named twice on one command line is copied once, with cp's warning (the same file, last
+    // component and directory: `s/a` and `s/./a` too, but not a hard link by another name).
+    @Test func aSourceNamedTwiceIsCopiedOnce() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir -p s t1 t2 t3 t4 t5; printf a > s/a; ln s/a s/hl",
+                "%cp s/a s/a t1; echo $?; %cp s/a s/./a t2; echo $?; %cp -r s s t3; echo $?; %cp s s t4; echo $?; "
+                    + "%cp s/a s/hl t5; echo $?",
+                check: Self.listing
+            )
+            #expect(result.ours.stderr.hasPrefix("dcopy: warning: source file 's/a' specified more than once\n"))
+            expectSame(result)
+        }
+    }
+
+    // Sources with one name copied into a directory: cp will not copy a file onto the one an earlier source
+    // just made; directories merge, and a later tree's files replace an earlier one's, as if copied in turn.
+    @Test func sourcesThatMeetInTheDestination() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir -p x y/d z/d f/s t1 t2 t3 t4; printf 1 > x/a; printf 2 > y/a; "
+                    + "for i in $(seq 60); do printf y$i > y/d/$i; printf z$i > z/d/$i; done; printf s > s",
+                "%cp x/a y/a x/a t1; echo $?; %cp -r y/d z/d t2; echo $?; %cp -r s f/s t3; echo $?; "
+                    + "%cp -r f/s s t4; echo $?",
+                check: Self.listing
+            )
+            #expect(result.ours.stderr.hasPrefix("dcopy: will not overwrite just-created 't1/a' with 'y/a'\n"))
+            expectSame(result)
+        }
+    }
+
+    // A file onto an existing directory of its name is refused in cp's words.
+    @Test func aFileOntoADirectory() throws {
+        try inScratch { scratch in
+            let result = try both(scratch, setup: "mkdir -p t/a; printf a > a", "%cp a t", check: Self.listing)
+            #expect(result.ours.stderr == "dcopy: cannot overwrite directory 't/a' with non-directory\n")
+            expectSame(result)
+        }
+    }
+
     // A socket in a tree is made again (mknod), as cp -r does, not opened.
     @Test func socketsAreRecreatedWithRecursive() throws {
         try inScratch { scratch in
