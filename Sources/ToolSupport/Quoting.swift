@@ -187,7 +187,11 @@ enum LocaleText {
     private static let isUTF8: Bool = {
         guard let locale = newlocale(LC_CTYPE_MASK, "", nil) else { return false }
         defer { freelocale(locale) }
-        guard let codeset = nl_langinfo_l(nl_item(CODESET), locale) else { return false }
+        // Through this thread's locale (`uselocale`), not `nl_langinfo_l`: in a statically linked binary
+        // that answers "ANSI_X3.4-1968" for a UTF-8 locale object.
+        let previous = uselocale(locale)
+        defer { uselocale(previous) }
+        guard let codeset = nl_langinfo(nl_item(CODESET)) else { return false }
         return String(cString: codeset) == "UTF-8"
     }()
 
