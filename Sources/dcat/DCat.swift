@@ -125,8 +125,9 @@ final class Concatenator: @unchecked Sendable {
         outputFile = regular ? (info.st_dev, info.st_ino) : nil
         let type: IOChannel.StreamType = positionedOutput ? .random : .stream
         output = IOChannel(type: type, fileDescriptor: .standardOutput, queue: queue) { error in
-            // Standard output unusable from the start (closed, a directory): cat says "write error".
-            if let error { Concatenator.writeFailed(error) }
+            // Standard output unusable from the start: cat says "write error". The channel refuses a
+            // directory with EISDIR; a directory can only be open for reading, so cat's write gets EBADF.
+            if let error { Concatenator.writeFailed(error == .isDirectory ? .badFileDescriptor : error) }
         }
         // Writes report only their final call: progress calls would be noise here.
         output.setLimit(lowWater: Int.max)

@@ -95,6 +95,19 @@ struct DcatTests {
         }
     }
 
+    // Standard output open for reading only (a file, or a directory, which the channel refuses first):
+    // cat's "write error: Bad file descriptor".
+    @Test func standardOutputOpenForReadingOnly() throws {
+        try inScratch { scratch in
+            let script = "printf data > f; printf x > g; cat f 1< g; echo $? >&2; mkdir -p d; cat f 1< d; echo $? >&2"
+            let peer = try scratch.run(script)
+            let ours = try scratch.run(script.replacingOccurrences(of: "cat ", with: "\"$DCAT\" "))
+            #expect(ours.stdout == peer.stdout)
+            #expect(ours.stderr == renamed(peer.stderr, from: "cat", to: "dcat"))
+            #expect(ours.stderr.hasSuffix("dcat: write error: Bad file descriptor\n1\n"))
+        }
+    }
+
     // Usage errors: cat's words, its "Try" line and its exit status 1 (ArgumentParser's would be 64).
     @Test func unknownOptionsAreRefusedAsCatRefusesThem() throws {
         try inScratch { scratch in
