@@ -51,12 +51,6 @@ package struct PathName: Sendable, Hashable, ExpressibleByStringLiteral {
         try storage.withUnsafeBufferPointer { try body($0.baseAddress!) }
     }
 
-    /// The name as UTF-8 text, a byte that is not UTF-8 as U+FFFD: for comparisons with text, never for
-    /// naming a file or for a message (see ``quoted``).
-    package var lossyText: String {
-        String(decoding: storage.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
-
     private func byte(_ index: Int) -> UInt8 { UInt8(bitPattern: storage[index]) }
 
     /// Whether the last byte is a slash.

@@ -113,4 +113,19 @@ import Glibc
     func catQuotesOnlyWhatNeedsIt(_ text: String, _ expected: String) {
         #expect(PathName(text).quotedIfNeeded == expected)
     }
+
+    // getopt's words for options the tool does not have; nil when all are known or after `--`.
+    @Test func unknownOptionsInGetoptsWords() {
+        let short: Set<Character> = ["r", "v"]
+        let long: Set<String> = ["recursive", "verbose"]
+        func message(_ arguments: [String]) -> String? {
+            unknownOptionMessage(in: arguments, shortFlags: short, longFlags: long)
+        }
+        #expect(message(["-rv", "--verbose", "-", "a", "b"]) == nil)
+        #expect(message(["-rq", "a"]) == "invalid option -- 'q'")
+        #expect(message(["--bogus"]) == "unrecognized option '--bogus'")
+        #expect(message(["--verbose=yes"]) == "option '--verbose' doesn't allow an argument")
+        #expect(message(["--", "-q", "--bogus"]) == nil)
+        #expect(message(["a", "-x"]) == "invalid option -- 'x'")
+    }
 }
