@@ -319,7 +319,10 @@ final class Copier: @unchecked Sendable {
             commandLine = CommandLineSources()
         }
         for source in sources {
-            let destination = targetIsDirectory ? target.appending(source.lastComponent) : target
+            // A source ending in `..` is copied into the target itself, as by cp (`DIR/.`), never into
+            // `DIR/..`: that would write over the target's parent's files.
+            let name = source.lastComponent == ".." ? "." : source.lastComponent
+            let destination = targetIsDirectory ? target.appending(name) : target
             copy(source, to: destination, topLevel: true)
         }
         running.wait()

@@ -313,7 +313,9 @@ final class FileCopy: @unchecked Sendable {
         var reads: [(offset: Int64, length: Int)] = []
         var done = false
         lock.withLock {
-            let limit = seekable && positionedOutput ? Limits.perFile : 1
+            // A regular file whose size says 0 but holds data is generated as it is read (/proc): one chunk
+            // at a time, in order, since a read far ahead makes the kernel generate everything before it.
+            let limit = seekable && positionedOutput && size != nil ? Limits.perFile : 1
             while error == nil, !reachedEnd, !waitingForBudget, chunksInFlight < limit {
                 if next >= extentEnd {
                     if sparse, size.map({ extentEnd < $0 }) == true {

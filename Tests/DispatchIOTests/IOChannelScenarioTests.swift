@@ -48,6 +48,43 @@ struct IOChannelScenarioTests {
         #expect(total == expected)
     }
 
+    /// B17: the end of file is a read of 0 bytes, never a short one. /proc/kallsyms is a regular file whose
+    /// reads give about a page each, wherever they start, and megabytes in all: a random channel's read of
+    /// it (several chunks in flight at increasing offsets) must return what plain `read` calls return.
+    @Test(
+        .enabled(if: access("/proc/kallsyms", R_OK) == 0),
+        arguments: EngineKind.allCases
+    )
+    func shortReadsInMidFileAreNotTheEnd(kind: EngineKind) async throws {
+        let path = "/proc/kallsyms"
+        var expected: [UInt8] = []
+        let fd = open(path, O_RDONLY)
+        try #require(fd >= 0)
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while case let count = read(fd, &buffer, buffer.count), count > 0 { expected += buffer[..<count] }
+        close(fd)
+        try #require(expected.count > 1 << 20)
+        let cleaned = Promise<Errno?>()
+        let channel = try #require(
+            IOChannel(
+                type: .random,
+                path: FilePath(path),
+                mode: .readOnly,
+                queue: WorkQueue(label: "proc"),
+                engine: Engines.get(kind),
+                cleanupHandler: cleanup(cleaned)
+            )
+        )
+        let recorder = Recorder()
+        channel.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
+        let calls = await recorder.wait()
+        #expect(calls.last == Call(done: true, count: 0, error: nil))
+        #expect(recorder.bytes.count == expected.count)
+        #expect(recorder.bytes == expected)
+        channel.close()
+        #expect(await cleaned.get() == nil)
+    }
+
     /// B30: a stop in the middle of a long read of a file: what was delivered is a prefix of the file,
     /// and the read ends with ECANCELED.
     @Test(arguments: EngineKind.allCases)

@@ -120,6 +120,18 @@ struct DcatTests {
         }
     }
 
+    // procfs files give about a page per read wherever it starts: a short read is not their end (dcat
+    // printed 4,071 bytes of /proc/kallsyms's 5.4 MB). As a file and as standard input.
+    @Test(.enabled(if: FileManager.default.isReadableFile(atPath: "/proc/kallsyms")))
+    func filesWithShortReadsAreReadWhole() throws {
+        try inScratch { scratch in
+            let (cat, dcat) = try both(scratch, "/proc/kallsyms - < /proc/kallsyms | md5sum; echo ${PIPESTATUS[0]}")
+            let whole = try scratch.run("cat /proc/kallsyms | wc -c")
+            #expect(Int(whole.text.dropLast()) ?? 0 > 1 << 20)
+            #expect(dcat == cat)
+        }
+    }
+
     @Test func standardInputWithoutArgumentsAndAsDash() throws {
         try inScratch { scratch in
             let (cat, dcat) = try both(

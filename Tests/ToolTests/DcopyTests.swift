@@ -314,6 +314,32 @@ struct DcopyTests {
         }
     }
 
+    // procfs and sysfs files give less than asked in mid-file: a short read is not their end. dcopy cut
+    // /proc/kallsyms to 4 chunks of a page each, with holes between.
+    @Test(.enabled(if: FileManager.default.isReadableFile(atPath: "/proc/kallsyms")))
+    func filesWithShortReadsAreCopiedWhole() throws {
+        try inScratch { scratch in
+            let result = try both(scratch, "%cp /proc/kallsyms k; stat -c %s k", check: "md5sum k")
+            #expect(Int(result.theirs.text.dropLast()) ?? 0 > 1 << 20)
+            expectSame(result)
+        }
+    }
+
+    // A source ending in `..` goes into the target itself (`dst/./f`), not into the target's parent,
+    // whose files it used to overwrite.
+    @Test func aSourceEndingInDotDotIsCopiedIntoTheTarget() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir -p src/sub dst; printf new > src/f; printf precious > f",
+                "%cp -rv src/sub/.. dst | sort; %cp -r src/sub/../ dst; cat f",
+                check: Self.listing
+            )
+            #expect(result.ours.text.hasSuffix("precious"))
+            expectSame(result)
+        }
+    }
+
     // A socket in a tree is made again (mknod), as cp -r does, not opened.
     @Test func socketsAreRecreatedWithRecursive() throws {
         try inScratch { scratch in

@@ -164,7 +164,11 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
         progress()
     }
 
-    private var depth: Int { positioned ? IOTuning.readAheadDepth : 1 }
+    private var depth: Int { positioned && !shortReadsSeen ? IOTuning.readAheadDepth : 1 }
+    /// A read came back short in mid-file (a procfs or sysfs file): the rest is read one chunk at a time,
+    /// each where the last ended. Such a file is generated as it is read, and a read far ahead makes the
+    /// kernel generate everything before it again (/proc/kallsyms took minutes with reads ahead).
+    private var shortReadsSeen = false
 
     /// Bytes the operation may hold at once: what is in flight, buffered, or in handlers not yet returned.
     ///
@@ -232,6 +236,11 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
             lock.withLock {
                 inFlight[sequence] = nil
                 kernelIDs[sequence] = nil
+                // Asked before a short read restarted the reading behind it (see `deliverArrived`).
+                if sequence < deliverSequence {
+                    pool.give(UnsafeMutableRawPointer(bitPattern: address)!)
+                    return
+                }
                 // On a pipe, socket or terminal a short read is not the end: count only what came, or a
                 // read of a finite length would stop asking once the sizes asked add up to it.
                 if !positioned, completion.error == nil, completion.result > 0 {
@@ -261,7 +270,20 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
             }
             pending.append(pool.data(buffer, count: count))
             received += count
-            if count == 0 || (positioned && count < asked) { reachedEOF = true }
+            // The end of file is a read of 0 bytes (B17), as for libdispatch, never a short one: a procfs
+            // or sysfs file gives less than asked in mid-file (a page of /proc/kallsyms at a time), and
+            // counting that as the end cut such files short. The chunks asked behind this one started past
+            // the gap it left: drop them and ask again from where it ended.
+            if count == 0 { reachedEOF = true }
+            if positioned && count > 0 && count < asked && received < length {
+                shortReadsSeen = true
+                issued = received
+                deliverSequence = nextSequence
+                for (sequence, chunk) in arrived where sequence < nextSequence {
+                    pool.give(chunk.0)
+                    arrived[sequence] = nil
+                }
+            }
             if received >= length || reachedEOF || (returnOnFirstData && count > 0 && !positioned) {
                 end(error: nil)
                 return
