@@ -108,9 +108,11 @@ enum ShellQuoting {
             UInt8(ascii: "0")...UInt8(ascii: "9"):
             return true
         default:
-            return Array("%+,-./:@]_".utf8).contains(byte)
+            return plainPunctuation.contains(byte)
         }
     }
+
+    private static let plainPunctuation = Set("%+,-./:@]_".utf8)
 
     /// Cuts a name into printable characters and bytes to escape: ASCII controls and DEL, a byte that does
     /// not start a valid UTF-8 sequence, and each byte of a character the locale cannot print (or of any

@@ -2,7 +2,8 @@
 import Glibc
 #endif
 
-/// Which of the standard descriptors (0, 1, 2) the process started without.
+/// Which of the standard descriptors (0, 1, 2) the process started without. A closed descriptor 2 needs
+/// no report: messages then go nowhere, as they would for cat and cp.
 ///
 /// A tool started with one of them closed (`dcat <&-`, `dcopy -v a b >&-`) would otherwise hand that
 /// number to the next descriptor it opens: the ring, its `eventfd`, a destination file. It would then read
@@ -14,8 +15,6 @@ package struct StandardDescriptors: Sendable {
     package let inputWasClosed: Bool
     /// Descriptor 1 was closed.
     package let outputWasClosed: Bool
-    /// Descriptor 2 was closed: messages go nowhere, as they would for cat and cp.
-    package let errorWasClosed: Bool
 
     /// Opens `/dev/null` on each closed standard descriptor, lowest first, and says which were closed.
     /// Call it first, before anything opens a descriptor (the engine opens its ring when first used).
@@ -30,6 +29,6 @@ package struct StandardDescriptors: Sendable {
                 close(filler)
             }
         }
-        return StandardDescriptors(inputWasClosed: closed[0], outputWasClosed: closed[1], errorWasClosed: closed[2])
+        return StandardDescriptors(inputWasClosed: closed[0], outputWasClosed: closed[1])
     }
 }

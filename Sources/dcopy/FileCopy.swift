@@ -213,10 +213,8 @@ final class FileCopy: @unchecked Sendable {
         switch step {
         case .openSource: "cannot open \(source.quoted) for reading: \(describe(failure))"
         // coreutils 9 says "create" also when the file existed and could not be opened for writing.
-        case .openDestination where existed:
-            "cannot create regular file \(destination.quoted): \(describe(failure))"
         case .openDestination:
-            danglingLinkRefusal(failure, existed: false)
+            danglingLinkRefusal(failure, existed: existed)
                 ?? "cannot create regular file \(destination.quoted): \(describe(failure))"
         case .read: "error reading \(source.quoted): \(describe(failure))"
         case .write: "error writing \(destination.quoted): \(describe(failure))"

@@ -15,6 +15,11 @@ struct DcatTests {
         return (cat, dcat)
     }
 
+    /// Runs `script` as written, then with every `cat ` as dcat; returns both outcomes.
+    func bothScripts(_ scratch: Scratch, _ script: String) throws -> (cat: Outcome, dcat: Outcome) {
+        (try scratch.run(script), try scratch.run(script.replacingOccurrences(of: "cat ", with: "\"$DCAT\" ")))
+    }
+
     @Test func fixturesInOrderMatchCat() throws {
         try inScratch { scratch in
             let (cat, dcat) = try both(
@@ -86,8 +91,7 @@ struct DcatTests {
     @Test func closedStandardDescriptorsAreReportedAsCatReportsThem() throws {
         try inScratch { scratch in
             let script = "printf data > f; cat f >&-; echo $? >&2; cat f - f <&-; echo $?; cat nope 2>&-; echo $?"
-            let peer = try scratch.run(script)
-            let ours = try scratch.run(script.replacingOccurrences(of: "cat ", with: "\"$DCAT\" "))
+            let (peer, ours) = try bothScripts(scratch, script)
             #expect(peer.stdout == Data("datadata1\n1\n".utf8))
             #expect(ours.stdout == peer.stdout)
             #expect(ours.stderr == renamed(peer.stderr, from: "cat", to: "dcat"))
@@ -100,8 +104,7 @@ struct DcatTests {
     @Test func standardOutputOpenForReadingOnly() throws {
         try inScratch { scratch in
             let script = "printf data > f; printf x > g; cat f 1< g; echo $? >&2; mkdir -p d; cat f 1< d; echo $? >&2"
-            let peer = try scratch.run(script)
-            let ours = try scratch.run(script.replacingOccurrences(of: "cat ", with: "\"$DCAT\" "))
+            let (peer, ours) = try bothScripts(scratch, script)
             #expect(ours.stdout == peer.stdout)
             #expect(ours.stderr == renamed(peer.stderr, from: "cat", to: "dcat"))
             #expect(ours.stderr.hasSuffix("dcat: write error: Bad file descriptor\n1\n"))
@@ -112,8 +115,7 @@ struct DcatTests {
     @Test func unknownOptionsAreRefusedAsCatRefusesThem() throws {
         try inScratch { scratch in
             let script = "cat -x; echo $?; cat --nope; echo $?; cat --help=x; echo $?"
-            let peer = try scratch.run(script)
-            let ours = try scratch.run(script.replacingOccurrences(of: "cat ", with: "\"$DCAT\" "))
+            let (peer, ours) = try bothScripts(scratch, script)
             #expect(peer.stdout == Data("1\n1\n1\n".utf8))
             #expect(ours.stdout == peer.stdout)
             #expect(ours.stderr == renamed(peer.stderr, from: "cat", to: "dcat"))
