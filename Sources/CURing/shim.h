@@ -44,6 +44,28 @@ static inline int curing_enable_rings(struct io_uring *ring) {
     return rc < 0 ? -errno : rc;
 }
 
+// The ring thread's wake-up without a descriptor: it keeps an IORING_OP_FUTEX_WAIT (Linux 6.7) pending
+// on a word, and a thread with work for it bumps the word and wakes the futex. liburing 2.3 predates
+// the opcode, so the SQE is filled here as its later io_uring_prep_futex_wait does: the futex2 flags in
+// `fd`, the expected value in `off`, the bitset in `addr3`.
+#define CURING_OP_FUTEX_WAIT 51
+#define CURING_FUTEX2_SIZE_U32 0x02
+#define CURING_FUTEX2_PRIVATE 128
+
+static inline void curing_prep_futex_wait(struct io_uring_sqe *sqe, uint32_t *word, uint32_t expected) {
+    io_uring_prep_rw(CURING_OP_FUTEX_WAIT, sqe, CURING_FUTEX2_SIZE_U32 | CURING_FUTEX2_PRIVATE, word, 0, expected);
+    sqe->addr3 = 0xffffffffu;
+}
+
+static inline uint32_t curing_futex_load(uint32_t *word) {
+    return __atomic_load_n(word, __ATOMIC_SEQ_CST);
+}
+
+static inline void curing_futex_bump_and_wake(uint32_t *word) {
+    __atomic_fetch_add(word, 1, __ATOMIC_SEQ_CST);
+    syscall(__NR_futex, word, 1 /* FUTEX_WAKE */ | 128 /* FUTEX_PRIVATE_FLAG */, 1, NULL, NULL, 0);
+}
+
 #define CURING_RWF_NOWAIT 0x00000008
 #define CURING_POLLRDHUP 0x2000
 #define CURING_F_SETPIPE_SZ 1031

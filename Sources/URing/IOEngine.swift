@@ -147,7 +147,8 @@ package final class IOEngine: Sendable {
     /// the engine's own descriptors. Idempotent. Do not call it on ``shared``.
     package func shutdown() { backend.shutdown() }
 
-    /// The number of descriptors the engine itself holds open (ring, eventfd, epoll, timerfd); 0 after
+    /// The number of descriptors the engine itself holds open (the ring and, before Linux 6.7, an eventfd; or
+    /// epoll, eventfd and timerfd, none when the POSIX engine could not have them); 0 after
     /// ``shutdown()``.
     package var ownDescriptorCount: Int { backend.ownDescriptorCount }
 

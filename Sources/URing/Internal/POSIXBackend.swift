@@ -15,16 +15,18 @@ import Glibc
 /// the reactor until ready, so a pool thread never sleeps in a read nobody will satisfy and a pending
 /// read can be cancelled, as on io_uring. Regular files and block devices are read and written with
 /// plain blocking calls: they never wait for a peer.
+///
+/// The reactor and its three descriptors are made when something first waits in it: copying regular
+/// files takes none, which a process near its descriptor limit needs for its files. If they cannot be
+/// made then (`Too many open files`), what would have waited (a poll or a transfer that is not ready at
+/// once, a timeout) completes with that error, and the next wait tries again.
 final class POSIXBackend: EngineBackend, @unchecked Sendable {
     static let poolSize = 4
     private static let wakeKey: UInt64 = 1 << 63
     private static let timerKey: UInt64 = (1 << 63) | 1
 
     private let nextID = Atomic<UInt64>(1)
-    private let descriptorsOpen = Atomic<Int>(3)
-    private let epollFD: CInt
-    private let wakeFD: CInt
-    private let timerFD: CInt
+    private let descriptorsOpen = Atomic<Int>(0)
 
     private let lock = Lock()
     private let workAvailable: UnsafeMutablePointer<pthread_cond_t>
@@ -39,24 +41,16 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     private var armedDeadline: Int64 = .max
     private var stopping = false
     private var threads: [pthread_t] = []
+    // The reactor's descriptors, -1 until it is made; guarded by `lock`, and read by the reactor thread.
+    private var epollFD: CInt = -1
+    private var wakeFD: CInt = -1
+    private var timerFD: CInt = -1
 
     init() {
-        epollFD = epoll_create1(CInt(EPOLL_CLOEXEC))
-        wakeFD = eventfd(0, CInt(EFD_CLOEXEC | EFD_NONBLOCK))
-        timerFD = timerfd_create(CLOCK_BOOTTIME, CInt(TFD_CLOEXEC | TFD_NONBLOCK))
-        precondition(
-            epollFD >= 0 && wakeFD >= 0 && timerFD >= 0,
-            "POSIX engine set-up failed: \(Errno(rawValue: errno))"
-        )
-        var wakeEvent = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(u64: Self.wakeKey))
-        epoll_ctl(epollFD, EPOLL_CTL_ADD, wakeFD, &wakeEvent)
-        var timerEvent = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(u64: Self.timerKey))
-        epoll_ctl(epollFD, EPOLL_CTL_ADD, timerFD, &timerEvent)
         workAvailable = .allocate(capacity: 1)
         workAvailable.initialize(to: pthread_cond_t())
         pthread_cond_init(workAvailable, nil)
         var started: [pthread_t] = []
-        started.append(spawn { $0.reactorLoop() })
         for _ in 0..<Self.poolSize { started.append(spawn { $0.poolLoop() }) }
         lock.withLock { threads = started }
     }
@@ -67,6 +61,28 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     }
 
     var ownDescriptorCount: Int { descriptorsOpen.load(ordering: .acquiring) }
+
+    /// Makes the reactor if there is none yet; returns why it cannot be had. Lock held.
+    private func ensureReactor() -> Errno? {
+        if epollFD >= 0 { return nil }
+        if stopping { return .canceled }
+        let epoll = epoll_create1(CInt(EPOLL_CLOEXEC))
+        let wake = epoll >= 0 ? eventfd(0, CInt(EFD_CLOEXEC | EFD_NONBLOCK)) : -1
+        let timer = wake >= 0 ? timerfd_create(CLOCK_BOOTTIME, CInt(TFD_CLOEXEC | TFD_NONBLOCK)) : -1
+        guard timer >= 0 else {
+            let failure = Errno(rawValue: errno)
+            for fd in [epoll, wake] where fd >= 0 { Glibc.close(fd) }
+            return failure
+        }
+        var wakeEvent = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(u64: Self.wakeKey))
+        epoll_ctl(epoll, EPOLL_CTL_ADD, wake, &wakeEvent)
+        var timerEvent = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(u64: Self.timerKey))
+        epoll_ctl(epoll, EPOLL_CTL_ADD, timer, &timerEvent)
+        (epollFD, wakeFD, timerFD) = (epoll, wake, timer)
+        descriptorsOpen.store(3, ordering: .releasing)
+        threads.append(spawn { $0.reactorLoop(epoll: epoll, wake: wake, timer: timer) })
+        return nil
+    }
 
     private final class ThreadStart {
         let backend: POSIXBackend
@@ -128,13 +144,14 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             return threads
         }
         guard !joinable.isEmpty else { return }
+        let (epollFD, wakeFD, timerFD) = lock.withLock { (self.epollFD, self.wakeFD, self.timerFD) }
         for request in cancelled { request.handler(IOCompletion(result: request.progress, error: .canceled)) }
-        var one: UInt64 = 1
-        _ = Glibc.write(wakeFD, &one, 8)
+        if wakeFD >= 0 {
+            var one: UInt64 = 1
+            _ = Glibc.write(wakeFD, &one, 8)
+        }
         for thread in joinable { pthread_join(thread, nil) }
-        Glibc.close(epollFD)
-        Glibc.close(wakeFD)
-        Glibc.close(timerFD)
+        for fd in [epollFD, wakeFD, timerFD] where fd >= 0 { Glibc.close(fd) }
         descriptorsOpen.store(0, ordering: .releasing)
     }
 
@@ -266,11 +283,16 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     private func park(_ request: Request, fd: CInt, events: UInt32) {
         var failure: Int32 = 0
         var readyNow = false
+        var noReactor: Errno?
         lock.withLock {
             running[request.id] = nil
             // A request caught inside a system call by cancel or shutdown stops here instead of waiting.
             if request.cancelRequested || stopping {
                 failure = ECANCELED
+                return
+            }
+            if let reason = ensureReactor() {
+                noReactor = reason
                 return
             }
             request.readinessEvents = events
@@ -296,11 +318,26 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             fdWaiters[fd] = waiters
             parked[request.id] = request
         }
-        if failure != 0 {
+        if let noReactor {
+            parkWithoutReactor(request, fd: fd, events: events, failure: noReactor)
+        } else if failure != 0 {
             request.handler(IOCompletion(result: request.progress, error: Errno(rawValue: failure)))
         } else if readyNow {
             let ready = events & UInt32(POLLIN | POLLOUT)
             becameReady(request, revents: ready == 0 ? events : ready)
+        }
+    }
+
+    /// Without a reactor nothing can wait: a descriptor ready now goes on, any other fails. The request
+    /// is no longer `running`.
+    private func parkWithoutReactor(_ request: Request, fd: CInt, events: UInt32, failure: Errno) {
+        var pfd = pollfd(fd: fd, events: Int16(truncatingIfNeeded: events), revents: 0)
+        if !request.cancelRequested && Glibc.poll(&pfd, 1, 0) > 0 {
+            becameReady(request, revents: UInt32(UInt16(bitPattern: pfd.revents)))
+        } else {
+            request.handler(
+                IOCompletion(result: request.progress, error: request.cancelRequested ? .canceled : failure)
+            )
         }
     }
 
@@ -321,7 +358,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         if !accepted { request.handler(IOCompletion(result: request.progress, error: .canceled)) }
     }
 
-    private func reactorLoop() {
+    private func reactorLoop(epoll epollFD: CInt, wake wakeFD: CInt, timer timerFD: CInt) {
         let capacity = 64
         let events = UnsafeMutablePointer<epoll_event>.allocate(capacity: capacity)
         defer { events.deallocate() }
@@ -467,15 +504,18 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     // MARK: Timers
 
     private func addTimer(_ request: Request, deadline: Int64) {
+        var noReactor: Errno?
         let accepted = lock.withLock { () -> Bool in
             running[request.id] = nil
             if stopping || request.cancelRequested { return false }
+            noReactor = ensureReactor()
+            if noReactor != nil { return false }
             timerRequests[request.id] = request
             timers.insert(deadline: deadline, id: request.id)
             armTimer()
             return true
         }
-        if !accepted { request.handler(IOCompletion(result: 0, error: .canceled)) }
+        if !accepted { request.handler(IOCompletion(result: 0, error: noReactor ?? .canceled)) }
     }
 
     private func removeTimer(_ target: UInt64, matching: (Op) -> Bool = { _ in true }) -> Int {

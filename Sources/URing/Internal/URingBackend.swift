@@ -8,8 +8,10 @@ import Glibc
 
 /// The io_uring engine: one ring, owned by one thread.
 ///
-/// Other threads append requests to `incoming` under a lock and write the eventfd only when the ring
-/// thread is about to sleep (`sleeping`), so a busy ring takes no wake-up system calls. The ring thread
+/// Other threads append requests to `incoming` under a lock and wake the ring thread only when it is
+/// about to sleep (`sleeping`), so a busy ring takes no wake-up system calls. The wake-up is a futex the
+/// ring keeps a wait on (Linux 6.7), or on older kernels an eventfd it keeps a read on: the futex costs
+/// no descriptor, which a process near its `RLIMIT_NOFILE` (`ulimit -n 5`) needs for its files. The ring thread
 /// fills as many SQEs as it has requests, submits them with one `io_uring_enter`, reaps every CQE, and
 /// calls each request's handler. Handlers that submit from the ring thread go to `local` and join the
 /// next batch without locking or waking.
@@ -33,13 +35,15 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     static let copyPipeSize: CInt = 1 << 20
 
     private let ring: UnsafeMutablePointer<io_uring>
+    /// The eventfd the ring thread waits on, or -1 when it waits on `wakeWord`.
     private let wakeFD: CInt
     private let wakeBuffer: UnsafeMutablePointer<UInt64>
+    private let wakeWord: UnsafeMutablePointer<UInt32>
     private let enableOnRingThread: Bool
     private let nextID = Atomic<UInt64>(1)
     private let sleeping = Atomic<Bool>(false)
     private let ringThread = Atomic<UInt>(0)
-    private let descriptorsOpen = Atomic<Int>(2)
+    private let descriptorsOpen: Atomic<Int>
     /// Lanes taken by linked copies and not yet given back (for tests).
     let copyLanesInUse = Atomic<Int>(0)
 
@@ -135,8 +139,10 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
                 description: "io_uring_setup failed: \(Errno(rawValue: lastError))\(sysctl)"
             )
         }
+        var futexWake = false
         if let probe = io_uring_get_probe_ring(ring) {
             defer { io_uring_free_probe(probe) }
+            futexWake = io_uring_opcode_supported(probe, CURING_OP_FUTEX_WAIT) != 0
             let missing = Self.requiredOpcodes.filter { io_uring_opcode_supported(probe, $0.0) == 0 }.map(\.1)
             if !missing.isEmpty {
                 io_uring_queue_exit(ring)
@@ -155,8 +161,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             lanePipeSize = Array(repeating: 0, count: Int(Self.copyLanes))
             laneCleanups = Array(repeating: 0, count: Int(Self.copyLanes))
         }
-        let efd = eventfd(0, CInt(EFD_CLOEXEC))
-        guard efd >= 0 else {
+        let efd = futexWake ? -1 : eventfd(0, CInt(EFD_CLOEXEC))
+        guard futexWake || efd >= 0 else {
             let error = Errno(rawValue: errno)
             io_uring_queue_exit(ring)
             ring.deallocate()
@@ -165,6 +171,9 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         wakeFD = efd
         wakeBuffer = .allocate(capacity: 1)
         wakeBuffer.initialize(to: 0)
+        wakeWord = .allocate(capacity: 1)
+        wakeWord.initialize(to: 0)
+        descriptorsOpen = Atomic(futexWake ? 1 : 2)
         enableOnRingThread = enable
         startThread()
     }
@@ -172,6 +181,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     deinit {
         ring.deallocate()
         wakeBuffer.deallocate()
+        wakeWord.deallocate()
     }
 
     var ownDescriptorCount: Int { descriptorsOpen.load(ordering: .acquiring) }
@@ -230,6 +240,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     }
 
     private func wake() {
+        guard wakeFD >= 0 else { return curing_futex_bump_and_wake(wakeWord) }
         var one: UInt64 = 1
         // EAGAIN can only mean the counter is saturated, which wakes the ring thread all the same.
         _ = Glibc.write(wakeFD, &one, 8)
@@ -319,7 +330,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         }
         reapAll = nil
         io_uring_queue_exit(ring)
-        Glibc.close(wakeFD)
+        if wakeFD >= 0 { Glibc.close(wakeFD) }
         descriptorsOpen.store(0, ordering: .releasing)
     }
 
@@ -328,7 +339,13 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
 
     private func armWake() {
         let sqe = nextSQE()
-        io_uring_prep_read(sqe, wakeFD, wakeBuffer, 8, 0)
+        if wakeFD >= 0 {
+            io_uring_prep_read(sqe, wakeFD, wakeBuffer, 8, 0)
+        } else {
+            // A wake-up between this load and the kernel's check makes the wait end at once (EAGAIN), and
+            // it is armed again with the new value.
+            curing_prep_futex_wait(sqe, wakeWord, curing_futex_load(wakeWord))
+        }
         io_uring_sqe_set_data64(sqe, Self.wakeID)
         wakeArmed = true
     }
