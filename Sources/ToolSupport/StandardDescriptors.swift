@@ -6,7 +6,7 @@ import Glibc
 /// no report: messages then go nowhere, as they would for cat and cp.
 ///
 /// A tool started with one of them closed (`dcat <&-`, `dcopy -v a b >&-`) would otherwise hand that
-/// number to the next descriptor it opens: the ring, its `eventfd`, a destination file. It would then read
+/// number to the next descriptor it opens: the ring, an `eventfd`, a destination file. It would then read
 /// "standard input" from its own `eventfd` (and wait forever), or write `-v` lines into a copied file.
 /// ``reserve()`` fills each closed one with `/dev/null`, and the tools report the closed stream as cat and
 /// cp do: `standard output: Bad file descriptor`, `-: Bad file descriptor`, `write error: …`.

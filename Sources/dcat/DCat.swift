@@ -20,6 +20,10 @@ enum Main {
     static func main() {
         // Before anything opens a descriptor.
         _ = standardDescriptors
+        if let problem = unreadableCommandLine() {
+            printError("dcat: \(problem)\n")
+            exit(1)
+        }
         let arguments = Array(CommandLine.arguments.dropFirst())
         // dcat has no options, so a command line without any is only operands. Parsing it with
         // ArgumentParser costs 0.9 ms of a 3.9 ms run on an empty file (its reflection scans every protocol

@@ -42,6 +42,10 @@ struct DCopy: ParsableCommand {
     var paths: [String] = []
 
     static func main() {
+        if let problem = unreadableCommandLine() {
+            printError("dcopy: \(problem)\n")
+            Glibc.exit(1)
+        }
         // cp's words and exit status (1) for an option it does not have, not ArgumentParser's (64).
         let refusal = unknownOptionMessage(
             in: CommandLine.arguments.dropFirst(),
@@ -118,8 +122,13 @@ enum Limits {
     static let perFile = 4
     /// Directory pairs held open for the files queued or running in them (two descriptors each): 64, or
     /// fewer under a low descriptor limit, so that they take at most a quarter of it. Past this, files are
-    /// named by their whole paths: a wide tree cannot starve the walk's own opens.
-    static let openDirectories = min(64, descriptorLimit / 8)
+    /// named by their whole paths: a wide tree cannot starve the walk's own opens. None in a serial walk.
+    static let openDirectories = serialWalk ? 0 : min(64, descriptorLimit / 8)
+    /// Under a limit below 16 the walk reads a directory only while no file is being copied. Otherwise a
+    /// directory opened for reading while a file's two are open could be the descriptor too many: with
+    /// the ring's, that is 7, and at `ulimit -n 6` a two-file tree failed one time in two with
+    /// `Too many open files`. cp, doing one thing at a time, needs 5; serial, dcopy needs 6.
+    static let serialWalk = descriptorLimit < 16
     /// The soft limit on open descriptors (`RLIMIT_NOFILE`).
     static let descriptorLimit: Int = {
         var limit = rlimit()
@@ -476,6 +485,7 @@ final class Copier: @unchecked Sendable {
                 directoriesToRestrict.append((destination, info.st_mode & 0o1777 & ~mask))
             }
         }
+        if Limits.serialWalk { running.wait() }
         guard let directory = opendir(source.cString) else {
             fail("cannot access \(source.quoted)", Errno(rawValue: errno))
             return

@@ -122,6 +122,32 @@ struct DcatTests {
         }
     }
 
+    // Near the descriptor limit. cat needs one descriptor past the standard three; dcat needs one more,
+    // its ring's (the ring wakes on a futex: with an eventfd too, `ulimit -n 5` ran out). The POSIX engine
+    // needs none for regular files: its reactor is made when something first waits (it took three at
+    // start, and died of SIGILL at `ulimit -n 4`). With no descriptor free at all, the runtime cannot read the command
+    // line: dcat stops with the reason instead of copying standard input in place of the files it was
+    // given (cat, linked dynamically, does not start: its loader cannot open libc).
+    @Test func aLowDescriptorLimit() throws {
+        try inScratch { scratch in
+            let outcome = try scratch.run(
+                """
+                printf data > f; printf in > g
+                (ulimit -n 5; DISPATCH_ENGINE=uring "$DCAT" f; echo " $?")
+                (ulimit -n 4; DISPATCH_ENGINE=posix "$DCAT" f - < g; echo " $?")
+                (ulimit -n 4; DISPATCH_ENGINE=uring "$DCAT" f; echo " $?")
+                (exec < g; ulimit -n 3; "$DCAT" f; echo " $?")
+                """
+            )
+            // A dynamically linked dcat (the debug build) fails in its loader at `ulimit -n 3`, as cat does.
+            #expect(outcome.text == "data 0\ndatain 0\n 1\n" + (Tools.areStatic ? " 1\n" : " 127\n"))
+            #expect(outcome.stderr.hasPrefix("dcat: f: Too many open files\n"))
+            if Tools.areStatic {
+                #expect(outcome.stderr.hasSuffix("\ndcat: /proc/self/cmdline: Too many open files\n"))
+            }
+        }
+    }
+
     // procfs files give about a page per read wherever it starts: a short read is not their end (dcat
     // printed 4,071 bytes of /proc/kallsyms's 5.4 MB). As a file and as standard input.
     @Test(.enabled(if: FileManager.default.isReadableFile(atPath: "/proc/kallsyms")))

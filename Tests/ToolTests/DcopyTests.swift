@@ -572,6 +572,30 @@ struct DcopyTests {
             expectSame(result)
         }
     }
+
+    // Near the descriptor limit: cp needs two past the standard three; dcopy one more, its ring's, and as
+    // many as cp on the POSIX engine, whose reactor is made only when something waits (it trapped when it
+    // could not have one, and took 3 at start). With none free, the
+    // command line cannot be read and dcopy says so (it trapped on an empty argument vector).
+    @Test func aLowDescriptorLimit() throws {
+        try inScratch { scratch in
+            let outcome = try scratch.run(
+                """
+                mkdir -p s/d && printf a > s/a && printf b > s/d/b
+                (export DISPATCH_ENGINE=uring; ulimit -n 6; "$DCOPY" -r s t; echo $?; "$DCOPY" s/a u; echo $?)
+                (ulimit -n 5; DISPATCH_ENGINE=posix "$DCOPY" -r s v; echo $?)
+                (ulimit -n 3; "$DCOPY" s/a w; echo $?)
+                cat t/a t/d/b u v/a v/d/b; ls w 2>&1
+                """
+            )
+            // A dynamically linked dcopy (the debug build) fails in its loader at `ulimit -n 3`, as cp does.
+            let failed = Tools.areStatic ? "1" : "127"
+            #expect(outcome.text == "0\n0\n0\n\(failed)\nabaabls: cannot access 'w': No such file or directory\n")
+            if Tools.areStatic {
+                #expect(outcome.stderr == "dcopy: /proc/self/cmdline: Too many open files\n")
+            }
+        }
+    }
 }
 
 /// Binds a Unix-domain socket at `path` and closes it: the socket file stays.

@@ -33,6 +33,21 @@ enum Tools {
     static var dcat: String { binDirectory + "/dcat" }
     static var dcopy: String { binDirectory + "/dcopy" }
 
+    /// Whether the tools are static executables (the release build): without a dynamic loader, a tool
+    /// starts even with no descriptor free, where a dynamically linked one (the debug build, cat) fails in
+    /// its loader before `main`. Decided by the ELF program headers of `dcat`: a loader is a `PT_INTERP`.
+    static let areStatic: Bool = {
+        guard let elf = FileManager.default.contents(atPath: dcat), elf.count >= 64 else { return false }
+        func integer(_ offset: Int, _ size: Int) -> Int {
+            (0..<size).reduce(0) { $0 | Int(elf[offset + $1]) << (8 * $1) }
+        }
+        let (headers, size, count) = (integer(32, 8), integer(54, 2), integer(56, 2))
+        let interpreter = 3  // PT_INTERP
+        return !(0..<count).contains {
+            headers + $0 * size + 4 <= elf.count && integer(headers + $0 * size, 4) == interpreter
+        }
+    }()
+
     /// The checked-in fixtures, with the empty directory git cannot store.
     static let fixtures: String = {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
