@@ -404,7 +404,9 @@ final class Copier: @unchecked Sendable {
         case S_IFIFO where options.recursive, S_IFCHR where options.recursive, S_IFBLK where options.recursive,
             S_IFSOCK where options.recursive:
             // cp -r recreates special files instead of reading them (which could block forever).
-            if mknod(destination.cString, info.st_mode, info.st_rdev) != 0 {
+            let made = creatingOver(destination) { mknod(destination.cString, info.st_mode, info.st_rdev) == 0 }
+            guard let made else { return }
+            if !made {
                 fail("cannot create special file \(destination.quoted)", Errno(rawValue: errno))
                 return
             }
@@ -488,6 +490,8 @@ final class Copier: @unchecked Sendable {
         if Limits.serialWalk { running.wait() }
         guard let directory = opendir(source.cString) else {
             fail("cannot access \(source.quoted)", Errno(rawValue: errno))
+            // cp still gives the copy the source's mode and times (an unreadable directory's 000).
+            if options.preserve { directoriesToFinish.append((destination, info)) }
             return
         }
         var entries: [(name: PathName, isRegular: Bool)] = []
@@ -523,23 +527,33 @@ final class Copier: @unchecked Sendable {
             return
         }
         buffer[count] = 0
-        var rc = symlink(buffer, destination.cString)
-        if rc != 0 && errno == EEXIST {
-            // cp replaces an existing non-directory with the link.
-            var existing = stat()
-            if lstat(destination.cString, &existing) == 0 && existing.st_mode & S_IFMT != S_IFDIR {
-                unlink(destination.cString)
-                rc = symlink(buffer, destination.cString)
-            } else {
-                errno = EEXIST
-            }
-        }
-        if rc != 0 {
+        guard let made = creatingOver(destination, { symlink(buffer, destination.cString) == 0 }) else { return }
+        if !made {
             fail("cannot create symbolic link \(destination.quoted)", Errno(rawValue: errno))
             return
         }
         announce(source, destination)
         if options.preserve { setMetadata(path: destination, info: info, isLink: true) }
+    }
+
+    /// Runs `create` (a `symlink` or `mknod` at `destination`), and where something is already there,
+    /// replaces it as cp does: a non-directory is unlinked and `create` runs again; a directory is refused
+    /// with cp's message, and the result is nil. Otherwise, whether `create` succeeded (`errno` says why
+    /// not).
+    private func creatingOver(_ destination: PathName, _ create: () -> Bool) -> Bool? {
+        if create() { return true }
+        guard errno == EEXIST else { return false }
+        var existing = stat()
+        guard lstat(destination.cString, &existing) == 0 else {
+            errno = EEXIST
+            return false
+        }
+        if existing.st_mode & S_IFMT == S_IFDIR {
+            fail("cannot overwrite directory \(destination.quoted) with non-directory")
+            return nil
+        }
+        unlink(destination.cString)
+        return create()
     }
 
     /// A file cannot be written at a path ending in "/", and the ring would not see the slash (a `FilePath`

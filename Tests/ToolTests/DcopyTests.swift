@@ -356,6 +356,38 @@ struct DcopyTests {
         }
     }
 
+    // With -r, a FIFO and a symbolic link replace a non-directory already at their destination, as cp
+    // does (dcopy's mknod failed with "File exists"); a directory there is refused with cp's words.
+    @Test func specialFilesAndLinksReplaceWhatIsThere() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir -p s t/f t/l u && mkfifo s/f && ln -s nowhere s/l && printf x > u/f && printf y > u/l",
+                "%cp -r s/. u; echo $?; %cp -r s/. t 2> err; echo $?; sort err >&2",
+                check: "stat -c '%n %F' u/* t/* | sort; readlink u/l"
+            )
+            #expect(result.theirs.text == "0\n1\n")
+            #expect(result.theirsCheck.text.hasPrefix("t/f directory\nt/l directory\nu/f fifo\nu/l symbolic link\n"))
+            expectSame(result)
+        }
+    }
+
+    // -p on a directory that cannot be read: its copy is still made and still gets its mode (000), as
+    // cp gives it (dcopy left it 700, the mode it fills directories with).
+    @Test func preservingAnUnreadableDirectoryAsUnprivilegedUser() throws {
+        try inScratch { scratch in
+            let drop = isRoot ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : ""
+            let result = try both(
+                scratch,
+                setup: "chmod 777 .; mkdir -p d/sub; chmod 000 d/sub",
+                "\(drop) %cp -rp d e; echo $?",
+                check: "stat -c '%n %a' e e/sub"
+            )
+            #expect(result.theirsCheck.text == "e 755\ne/sub 0\n")
+            expectSame(result)
+        }
+    }
+
     @Test func unreadableSourceAsUnprivilegedUser() throws {
         try inScratch { scratch in
             let drop = isRoot ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : ""
