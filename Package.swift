@@ -58,8 +58,11 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
-        // What the two tools share: file names as bytes, and cp's and cat's quoting of them in messages.
-        .target(name: "ToolSupport"),
+        // Extended attributes (sys/xattr.h), which the Glibc module leaves out.
+        .systemLibrary(name: "CXattr"),
+        // What the two tools share: file names as bytes, cp's and cat's quoting of them in messages, and
+        // cp -p's copy of ACLs.
+        .target(name: "ToolSupport", dependencies: ["CXattr"]),
         .executableTarget(
             name: "dcat",
             dependencies: [

@@ -292,7 +292,8 @@ final class Copier: @unchecked Sendable {
     /// used by the walker alone.
     private var commandLine: CommandLineSources?
     /// Directories whose mode and times are set once their contents are in (`-p`), innermost first.
-    private var directoriesToFinish: [(path: PathName, info: stat)] = []
+    /// `kept`: mode bits the new directory got from its parent that -p keeps (set-group-ID).
+    private var directoriesToFinish: [(path: PathName, source: PathName, info: stat, kept: mode_t)] = []
     /// Directories made writable by their owner while being filled (without `-p`), and their final mode.
     private var directoriesToRestrict: [(path: PathName, mode: mode_t)] = []
 
@@ -337,7 +338,9 @@ final class Copier: @unchecked Sendable {
         running.wait()
         // Directory times last: writing their contents changed them.
         for (path, mode) in directoriesToRestrict { chmod(path.cString, mode) }
-        for (path, info) in directoriesToFinish { setMetadata(path: path, info: info, isLink: false) }
+        for (path, source, info, kept) in directoriesToFinish {
+            setMetadata(path: path, source: source, info: info, isLink: false, keeping: kept)
+        }
         meter?.finish()
         // cp reports a failed -v line once, at the end, as its standard output is closed.
         if let error = outputError.withLock({ $0 }) {
@@ -411,7 +414,7 @@ final class Copier: @unchecked Sendable {
                 return
             }
             announce(source, destination)
-            if options.preserve { setMetadata(path: destination, info: info, isLink: false) }
+            if options.preserve { setMetadata(path: destination, source: source, info: info, isLink: false) }
         default:
             if destination.endsWithSlash { return refuseFile(source, toSlashed: destination) }
             startFile(source, to: destination, location: .paths, destinationIsNew: destinationIsNew)
@@ -461,6 +464,7 @@ final class Copier: @unchecked Sendable {
         }
         var existing = stat()
         var made = false
+        var inherited: mode_t = 0
         if lstat(destination.cString, &existing) == 0 {
             if existing.st_mode & S_IFMT != S_IFDIR {
                 fail("cannot overwrite non-directory \(destination.quoted) with directory \(source.quoted)")
@@ -480,6 +484,10 @@ final class Copier: @unchecked Sendable {
                 return
             }
             made = true
+            // A directory made in a set-group-ID one inherits the bit, and cp -p leaves it on: the
+            // directory's files then keep taking its group.
+            var new = stat()
+            if options.preserve && lstat(destination.cString, &new) == 0 { inherited = new.st_mode & S_ISGID }
             announce(source, destination)
             if !options.preserve && info.st_mode & S_IRWXU != S_IRWXU {
                 let mask = umask(0)
@@ -491,7 +499,7 @@ final class Copier: @unchecked Sendable {
         guard let directory = opendir(source.cString) else {
             fail("cannot access \(source.quoted)", Errno(rawValue: errno))
             // cp still gives the copy the source's mode and times (an unreadable directory's 000).
-            if options.preserve { directoriesToFinish.append((destination, info)) }
+            if options.preserve { directoriesToFinish.append((destination, source, info, inherited)) }
             return
         }
         var entries: [(name: PathName, isRegular: Bool)] = []
@@ -516,7 +524,7 @@ final class Copier: @unchecked Sendable {
                 copy(from, to: to, topLevel: false, destinationIsNew: made)
             }
         }
-        if options.preserve { directoriesToFinish.append((destination, info)) }
+        if options.preserve { directoriesToFinish.append((destination, source, info, inherited)) }
     }
 
     private func copyLink(_ source: PathName, to destination: PathName, info: stat) {
@@ -533,7 +541,7 @@ final class Copier: @unchecked Sendable {
             return
         }
         announce(source, destination)
-        if options.preserve { setMetadata(path: destination, info: info, isLink: true) }
+        if options.preserve { setMetadata(path: destination, source: source, info: info, isLink: true) }
     }
 
     /// Runs `create` (a `symlink` or `mknod` at `destination`), and where something is already there,
@@ -645,11 +653,20 @@ final class Copier: @unchecked Sendable {
     }
 
     /// Sets mode, owner and times as `cp -p` does; ownership that cannot be kept is not an error.
-    func setMetadata(path: PathName, info: stat, isLink: Bool) {
+    func setMetadata(path: PathName, source: PathName, info: stat, isLink: Bool, keeping kept: mode_t = 0) {
         let flags = isLink ? AT_SYMLINK_NOFOLLOW : 0
         let ownerKept = fchownat(AT_FDCWD, path.cString, info.st_uid, info.st_gid, flags) == 0
         if !ownerKept { _ = fchownat(AT_FDCWD, path.cString, uid_t.max, info.st_gid, flags) }
-        if !isLink && chmod(path.cString, info.st_mode & preservedModeBits(ownerKept: ownerKept)) != 0 {
+        if !isLink,
+            let failure = preserveAccessControlLists(
+                from: .path(source),
+                to: .path(path),
+                isDirectory: info.st_mode & S_IFMT == S_IFDIR
+            )
+        {
+            fail("preserving permissions for \(path.quoted)", Errno(rawValue: failure))
+        }
+        if !isLink && chmod(path.cString, info.st_mode & preservedModeBits(ownerKept: ownerKept) | kept) != 0 {
             fail("preserving permissions for \(path.quoted)", Errno(rawValue: errno))
         }
         let times = [info.st_atim, info.st_mtim]

@@ -413,6 +413,14 @@ final class FileCopy: @unchecked Sendable {
             let ownerKept = fchown(destinationFD, info.uid, info.gid) == 0
             // cp -p keeps the group if it can when the owner cannot be kept, and says nothing.
             if !ownerKept { _ = fchown(destinationFD, uid_t.max, info.gid) }
+            if let failure = preserveAccessControlLists(
+                from: .descriptor(sourceFD),
+                to: .descriptor(destinationFD),
+                isDirectory: false
+            ) {
+                let failure = Errno(rawValue: failure)
+                lock.withLock { error = "preserving permissions for \(destination.quoted): \(describe(failure))" }
+            }
             if fchmod(destinationFD, mode_t(info.mode) & preservedModeBits(ownerKept: ownerKept)) != 0 {
                 let failure = Errno(rawValue: errno)
                 lock.withLock { error = "preserving permissions for \(destination.quoted): \(describe(failure))" }

@@ -372,6 +372,42 @@ struct DcopyTests {
         }
     }
 
+    // A directory made inside a set-group-ID one inherits the bit, and -p leaves it on as cp does (dcopy's
+    // chmod to the source's mode took it off, so files made there later lost the directory's group).
+    @Test func preservingKeepsAnInheritedSetGroupID() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir -p sg s/sub && chmod 2775 sg && chmod 755 s s/sub",
+                "%cp -rp s sg/c; %cp -r s sg/d",
+                check: "stat -c '%n %a' sg/c sg/c/sub sg/d sg/d/sub"
+            )
+            #expect(result.theirsCheck.text == "sg/c 2755\nsg/c/sub 2755\nsg/d 2755\nsg/d/sub 2755\n")
+            expectSame(result)
+        }
+    }
+
+    // -p copies POSIX ACLs as cp does: a file's access ACL and a directory's default ACL come along, and
+    // what the destination's parent's default ACL would have granted is taken away where the source has
+    // no ACL (dcopy left the inherited entries, so `nobody` could write the copies). Without -p, the
+    // copies inherit from their parent, as cp's do.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/setfacl")))
+    func preservingCopiesAccessControlLists() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir -p inherit s/d s/dd && setfacl -d -m u:65534:rwx inherit && printf x > s/f && "
+                    + "printf y > s/acl && setfacl -m u:65534:r s/acl && setfacl -d -m g:65534:rx s/dd",
+                "%cp -rp s inherit/p; %cp -r s inherit/r",
+                check: "cd inherit && getfacl -Rn p r"
+            )
+            // The peer copied the source's ACLs: the file's, and the directory's default one.
+            #expect(result.theirsCheck.text.contains("user:65534:r--\n"))
+            #expect(result.theirsCheck.text.contains("default:group:65534:r-x\n"))
+            expectSame(result)
+        }
+    }
+
     // -p on a directory that cannot be read: its copy is still made and still gets its mode (000), as
     // cp gives it (dcopy left it 700, the mode it fills directories with).
     @Test func preservingAnUnreadableDirectoryAsUnprivilegedUser() throws {
