@@ -458,6 +458,15 @@ final class Copier: @unchecked Sendable {
     }
 
     private func copyDirectory(_ source: PathName, to destination: PathName, info: stat, topLevel: Bool) {
+        // A directory copied onto itself (`dcopy -r s/sub s`) is the same file to cp before it is a copy
+        // into itself.
+        var target = stat()
+        if topLevel && stat(destination.cString, &target) == 0 && target.st_dev == info.st_dev
+            && target.st_ino == info.st_ino
+        {
+            fail("\(source.quoted) and \(destination.quoted) are the same file")
+            return
+        }
         if topLevel, let message = Self.intoItself(source, destination) {
             fail(message)
             return
@@ -502,16 +511,21 @@ final class Copier: @unchecked Sendable {
             if options.preserve { directoriesToFinish.append((destination, source, info, inherited)) }
             return
         }
-        var entries: [(name: PathName, isRegular: Bool)] = []
+        var entries: [(name: PathName, isRegular: Bool, inode: UInt64)] = []
         while let entry = readdir(directory) {
             let name = Self.name(of: entry)
-            if !name.isDotOrDotDot { entries.append((name, entry.pointee.d_type == DT_REG)) }
+            if !name.isDotOrDotDot {
+                entries.append((name, entry.pointee.d_type == DT_REG, UInt64(entry.pointee.d_ino)))
+            }
         }
         closedir(directory)
+        // In inode order, as cp reads a directory (gnulib's savedir, SAVEDIR_SORT_FASTREAD): files made one
+        // after another lie near each other on disk, and `-v` lines come in cp's order.
+        entries.sort { $0.inode < $1.inode }
         // Opened for the first regular file, and let go once the walk has left this directory and every
         // file in it has been copied.
         var directories: DirectoryPair??
-        for (name, isRegular) in entries {
+        for (name, isRegular, _) in entries {
             let from = source.appending(name)
             let to = destination.appending(name)
             if isRegular {

@@ -182,6 +182,22 @@ struct DcopyTests {
         }
     }
 
+    // -v lines in cp's order: a directory's entries in inode order (cp reads directories through gnulib's
+    // savedir, sorted for fast reading), here the order they were made in, not their names' or readdir's.
+    @Test func verboseLinesComeInCpsOrder() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup:
+                    "mkdir -p s && for n in m c x a q b z e; do printf $n > s/$n; done && mkdir s/k && printf y > s/k/y",
+                "%cp -rv s t",
+                check: Self.listing
+            )
+            #expect(result.theirs.text.hasPrefix("'s' -> 't'\n's/m' -> 't/m'\n's/c' -> 't/c'\n"))
+            expectSame(result)
+        }
+    }
+
     @Test func missingSource() throws {
         try inScratch { scratch in
             let result = try both(scratch, "%cp nothing here", check: Self.listing)
@@ -232,6 +248,21 @@ struct DcopyTests {
             // cp copies one level before it notices (d/e/inner/e); dcopy refuses before creating anything.
             let result = try both(scratch, setup: "mkdir -p d/e", "%cp -r d d/e/inner")
             #expect(result.ours.stderr == "dcopy: cannot copy a directory, 'd', into itself, 'd/e/inner'\n")
+            expectSame(result)
+        }
+    }
+
+    // A directory whose copy would land on itself (`s/sub` into `s`, or `s/.` into `s`) is cp's "the
+    // same file", not a copy into itself; either way nothing is made.
+    @Test func directoryOntoItselfIsTheSameFile() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir -p s/sub/deeper",
+                "%cp -r s/sub s; echo $?; %cp -r s/sub/ s/; echo $?",
+                check: Self.listing
+            )
+            #expect(result.ours.stderr.hasPrefix("dcopy: 's/sub' and 's/sub' are the same file\n"))
             expectSame(result)
         }
     }
