@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <unistd.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <linux/stat.h>
 // swift-system's CSystem module includes the kernel's <linux/io_uring.h>; liburing carries its own copy
@@ -64,6 +65,44 @@ static inline uint32_t curing_futex_load(uint32_t *word) {
 static inline void curing_futex_bump_and_wake(uint32_t *word) {
     __atomic_fetch_add(word, 1, __ATOMIC_SEQ_CST);
     syscall(__NR_futex, word, 1 /* FUTEX_WAKE */ | 128 /* FUTEX_PRIVATE_FLAG */, 1, NULL, NULL, 0);
+}
+
+// The ring without a descriptor. The ring thread registers the ring's descriptor with itself (5.18) and,
+// where the kernel takes register calls through that registration too (6.3, IORING_REGISTER_USE_
+// REGISTERED_RING), closes it: the engine then holds no slot in the process's descriptor table, which a
+// process near its limit needs for its files. Only the registering thread can use the ring afterwards,
+// which is the ring thread's rule anyway. Returns 1 when the descriptor was closed, 0 when it was kept.
+#define CURING_REGISTER_USE_REGISTERED_RING (1U << 31)
+
+static inline int curing_drop_ring_fd(struct io_uring *ring) {
+    if (io_uring_register_ring_fd(ring) != 1) return 0;
+    // A harmless register call through the registration says whether the kernel takes them that way.
+    char probe[sizeof(struct io_uring_probe) + 8 * sizeof(struct io_uring_probe_op)];
+    memset(probe, 0, sizeof probe);
+    long rc = syscall(__NR_io_uring_register, ring->enter_ring_fd,
+                      IORING_REGISTER_PROBE | CURING_REGISTER_USE_REGISTERED_RING, probe, 8);
+    if (rc < 0) return 0;
+    close(ring->ring_fd);
+    // liburing's io_uring_queue_exit closes ring_fd: -1 keeps it from closing whatever took the number.
+    // The registration goes when the ring thread exits, and the ring with it.
+    ring->ring_fd = -1;
+    return 1;
+}
+
+// io_uring_register_files_update, through the registration once the descriptor is closed.
+static inline int curing_register_files_update(struct io_uring *ring, unsigned offset, int *fds, unsigned count) {
+    struct io_uring_files_update update;
+    memset(&update, 0, sizeof update);
+    update.offset = offset;
+    update.fds = (unsigned long)fds;
+    int fd = ring->ring_fd;
+    unsigned opcode = IORING_REGISTER_FILES_UPDATE;
+    if (fd < 0) {
+        fd = ring->enter_ring_fd;
+        opcode |= CURING_REGISTER_USE_REGISTERED_RING;
+    }
+    long rc = syscall(__NR_io_uring_register, fd, opcode, &update, count);
+    return rc < 0 ? -errno : (int)rc;
 }
 
 #define CURING_RWF_NOWAIT 0x00000008

@@ -147,9 +147,9 @@ package final class IOEngine: Sendable {
     /// the engine's own descriptors. Idempotent. Do not call it on ``shared``.
     package func shutdown() { backend.shutdown() }
 
-    /// The number of descriptors the engine itself holds open (the ring and, before Linux 6.7, an eventfd; or
-    /// epoll, eventfd and timerfd, none when the POSIX engine could not have them); 0 after
-    /// ``shutdown()``.
+    /// The number of descriptors the engine itself holds open: on io_uring the ring's before Linux 6.3 and
+    /// an eventfd before 6.7, none after; on the POSIX engine epoll, eventfd and timerfd once something has
+    /// waited in it. 0 after ``shutdown()``.
     package var ownDescriptorCount: Int { backend.ownDescriptorCount }
 
     // MARK: - Operations

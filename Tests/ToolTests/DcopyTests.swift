@@ -183,17 +183,18 @@ struct DcopyTests {
     }
 
     // -v lines in cp's order: a directory's entries in inode order (cp reads directories through gnulib's
-    // savedir, sorted for fast reading), here the order they were made in, not their names' or readdir's.
+    // savedir, sorted for fast reading), not readdir's (a hash order on ext4). Both sides copy the one
+    // source tree, whose inode order is then the same for both.
     @Test func verboseLinesComeInCpsOrder() throws {
         try inScratch { scratch in
             let result = try both(
                 scratch,
-                setup:
-                    "mkdir -p s && for n in m c x a q b z e; do printf $n > s/$n; done && mkdir s/k && printf y > s/k/y",
-                "%cp -rv s t",
+                setup: "[ -d ../s ] || { mkdir -p ../s/k && for n in m c x a q b z e; do printf $n > ../s/$n; done; }",
+                "%cp -rv ../s t",
                 check: Self.listing
             )
-            #expect(result.theirs.text.hasPrefix("'s' -> 't'\n's/m' -> 't/m'\n's/c' -> 't/c'\n"))
+            #expect(result.theirs.text.hasPrefix("'../s' -> 't'\n"))
+            #expect(result.theirs.text.split(separator: "\n").count == 10)
             expectSame(result)
         }
     }
@@ -672,16 +673,16 @@ struct DcopyTests {
         }
     }
 
-    // Near the descriptor limit: cp needs two past the standard three; dcopy one more, its ring's, and as
-    // many as cp on the POSIX engine, whose reactor is made only when something waits (it trapped when it
-    // could not have one, and took 3 at start). With none free, the
+    // Near the descriptor limit, dcopy needs what cp needs, two past the standard three: the engine holds
+    // none of its own (dcopy needed one more, the ring's, and the POSIX engine trapped when it could not
+    // have its reactor's three, which it took at start). With none free, the
     // command line cannot be read and dcopy says so (it trapped on an empty argument vector).
     @Test func aLowDescriptorLimit() throws {
         try inScratch { scratch in
             let outcome = try scratch.run(
                 """
                 mkdir -p s/d && printf a > s/a && printf b > s/d/b
-                (export DISPATCH_ENGINE=uring; ulimit -n 6; "$DCOPY" -r s t; echo $?; "$DCOPY" s/a u; echo $?)
+                (export DISPATCH_ENGINE=uring; ulimit -n 5; "$DCOPY" -r s t; echo $?; "$DCOPY" s/a u; echo $?)
                 (ulimit -n 5; DISPATCH_ENGINE=posix "$DCOPY" -r s v; echo $?)
                 (ulimit -n 3; "$DCOPY" s/a w; echo $?)
                 cat t/a t/d/b u v/a v/d/b; ls w 2>&1

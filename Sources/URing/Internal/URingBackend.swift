@@ -11,7 +11,8 @@ import Glibc
 /// Other threads append requests to `incoming` under a lock and wake the ring thread only when it is
 /// about to sleep (`sleeping`), so a busy ring takes no wake-up system calls. The wake-up is a futex the
 /// ring keeps a wait on (Linux 6.7), or on older kernels an eventfd it keeps a read on: the futex costs
-/// no descriptor, which a process near its `RLIMIT_NOFILE` (`ulimit -n 5`) needs for its files. The ring thread
+/// no descriptor, which a process near its `RLIMIT_NOFILE` (`ulimit -n 4`) needs for its files; nor does
+/// the ring, whose descriptor the ring thread registers with itself and closes (6.3). The ring thread
 /// fills as many SQEs as it has requests, submits them with one `io_uring_enter`, reaps every CQE, and
 /// calls each request's handler. Handlers that submit from the ring thread go to `local` and join the
 /// next batch without locking or waking.
@@ -175,13 +176,24 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         wakeWord.initialize(to: 0)
         descriptorsOpen = Atomic(futexWake ? 1 : 2)
         enableOnRingThread = enable
+        started = .allocate(capacity: 1)
+        sem_init(started, 0, 0)
         startThread()
+        // The ring thread may close the ring's descriptor: once `init` returns, the caller's next open must
+        // be able to take that number (dcat opens its file right away, at `ulimit -n 4`).
+        while sem_wait(started) != 0 {}
     }
+
+    /// Posted by the ring thread once the ring is enabled and its descriptor dropped or kept.
+    private let started: UnsafeMutablePointer<sem_t>
 
     deinit {
         ring.deallocate()
         wakeBuffer.deallocate()
         wakeWord.deallocate()
+        // Not right after the wait: sem_post may still touch the semaphore after it has woken the waiter.
+        sem_destroy(started)
+        started.deallocate()
     }
 
     var ownDescriptorCount: Int { descriptorsOpen.load(ordering: .acquiring) }
@@ -271,6 +283,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             let rc = curing_enable_rings(ring)
             precondition(rc == 0, "io_uring_enable_rings failed: \(Errno(rawValue: -rc))")
         }
+        if curing_drop_ring_fd(ring) == 1 { descriptorsOpen.subtract(1, ordering: .releasing) }
+        sem_post(started)
         armWake()
         var batch: [Request] = []
         let capacity = 256
@@ -566,7 +580,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         }
         _ = fcntl(ends[1], CURING_F_SETPIPE_SZ, Self.copyPipeSize)
         let size = Int(fcntl(ends[1], CURING_F_GETPIPE_SZ))
-        guard size > 0, io_uring_register_files_update(ring, slot, &ends, 2) == 2 else { return nil }
+        guard size > 0, curing_register_files_update(ring, slot, &ends, 2) == 2 else { return nil }
         return size
     }
 
