@@ -134,6 +134,14 @@ package final class IOEngine: Sendable {
         }
     }
 
+    /// A POSIX engine that behaves as one started without a descriptor to spare: it never has a reactor,
+    /// so readiness waits fail with `EMFILE` and timeouts are kept by its descriptor-free timer thread.
+    /// For tests.
+    package init(posixWithoutReactor: Void) {
+        kind = .posix
+        backend = POSIXBackend(reactorAllowed: false)
+    }
+
     /// The process-wide engine every module uses, created on first use.
     ///
     /// `DISPATCH_ENGINE=uring` or `=posix` forces a kind. Otherwise io_uring is used when the probe finds

@@ -72,6 +72,14 @@ package struct Lock: @unchecked Sendable {
         precondition(rc == 0, "pthread_cond_wait failed: \(rc)")
     }
 
+    /// Waits on `condition` until it is signalled or `deadline` (an absolute time on the condition's clock)
+    /// passes, which releases the lock while waiting; the calling thread must hold it.
+    package func wait(on condition: UnsafeMutablePointer<pthread_cond_t>, until deadline: timespec) {
+        var deadline = deadline
+        let rc = storage.withUnsafeMutablePointerToElements { pthread_cond_timedwait(condition, $0, &deadline) }
+        precondition(rc == 0 || rc == ETIMEDOUT, "pthread_cond_timedwait failed: \(rc)")
+    }
+
     /// Runs `body` with the lock held and returns its result.
     @inlinable
     package func withLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {

@@ -407,10 +407,15 @@ final class Copier: @unchecked Sendable {
         case S_IFIFO where options.recursive, S_IFCHR where options.recursive, S_IFBLK where options.recursive,
             S_IFSOCK where options.recursive:
             // cp -r recreates special files instead of reading them (which could block forever).
-            let made = creatingOver(destination) { mknod(destination.cString, info.st_mode, info.st_rdev) == 0 }
+            let made = creatingOver(destination, for: source, info) {
+                mknod(destination.cString, info.st_mode, info.st_rdev) == 0
+            }
             guard let made else { return }
             if !made {
-                fail("cannot create special file \(destination.quoted)", Errno(rawValue: errno))
+                let error = Errno(rawValue: errno)
+                // cp makes a FIFO with mkfifo and words its failure so.
+                let what = info.st_mode & S_IFMT == S_IFIFO ? "fifo" : "special file"
+                fail("cannot create \(what) \(destination.quoted)", error)
                 return
             }
             announce(source, destination)
@@ -549,7 +554,8 @@ final class Copier: @unchecked Sendable {
             return
         }
         buffer[count] = 0
-        guard let made = creatingOver(destination, { symlink(buffer, destination.cString) == 0 }) else { return }
+        guard let made = creatingOver(destination, for: source, info, { symlink(buffer, destination.cString) == 0 })
+        else { return }
         if !made {
             fail("cannot create symbolic link \(destination.quoted)", Errno(rawValue: errno))
             return
@@ -558,11 +564,19 @@ final class Copier: @unchecked Sendable {
         if options.preserve { setMetadata(path: destination, source: source, info: info, isLink: true) }
     }
 
-    /// Runs `create` (a `symlink` or `mknod` at `destination`), and where something is already there,
-    /// replaces it as cp does: a non-directory is unlinked and `create` runs again; a directory is refused
-    /// with cp's message, and the result is nil. Otherwise, whether `create` succeeded (`errno` says why
-    /// not).
-    private func creatingOver(_ destination: PathName, _ create: () -> Bool) -> Bool? {
+    /// Runs `create` (a `symlink` or `mknod` at `destination`, a copy of `source`, whose `lstat` is `info`),
+    /// and where something is already there, replaces it as cp does: a non-directory is unlinked and
+    /// `create` runs again. Refused with cp's message, and nil: the source itself (`dcopy -r d/fifo d`,
+    /// which unlinked the source), a directory, and a name that cannot be unlinked. Otherwise, whether
+    /// `create` succeeded (`errno` says why not).
+    private func creatingOver(
+        _ destination: PathName,
+        for source: PathName,
+        _ info: stat,
+        _ create: () -> Bool
+    )
+        -> Bool?
+    {
         if create() { return true }
         guard errno == EEXIST else { return false }
         var existing = stat()
@@ -570,11 +584,18 @@ final class Copier: @unchecked Sendable {
             errno = EEXIST
             return false
         }
+        if existing.st_dev == info.st_dev && existing.st_ino == info.st_ino {
+            fail("\(source.quoted) and \(destination.quoted) are the same file")
+            return nil
+        }
         if existing.st_mode & S_IFMT == S_IFDIR {
             fail("cannot overwrite directory \(destination.quoted) with non-directory")
             return nil
         }
-        unlink(destination.cString)
+        if unlink(destination.cString) != 0 {
+            fail("cannot remove \(destination.quoted)", Errno(rawValue: errno))
+            return nil
+        }
         return create()
     }
 
@@ -671,6 +692,8 @@ final class Copier: @unchecked Sendable {
         let flags = isLink ? AT_SYMLINK_NOFOLLOW : 0
         let ownerKept = fchownat(AT_FDCWD, path.cString, info.st_uid, info.st_gid, flags) == 0
         if !ownerKept { _ = fchownat(AT_FDCWD, path.cString, uid_t.max, info.st_gid, flags) }
+        // One "preserving permissions" message, as cp gives: a chmod after a failed ACL fails the same way.
+        var permissionsFailure: Errno?
         if !isLink,
             let failure = preserveAccessControlLists(
                 from: .path(source),
@@ -678,11 +701,12 @@ final class Copier: @unchecked Sendable {
                 isDirectory: info.st_mode & S_IFMT == S_IFDIR
             )
         {
-            fail("preserving permissions for \(path.quoted)", Errno(rawValue: failure))
+            permissionsFailure = Errno(rawValue: failure)
         }
         if !isLink && chmod(path.cString, info.st_mode & preservedModeBits(ownerKept: ownerKept) | kept) != 0 {
-            fail("preserving permissions for \(path.quoted)", Errno(rawValue: errno))
+            permissionsFailure = permissionsFailure ?? Errno(rawValue: errno)
         }
+        if let permissionsFailure { fail("preserving permissions for \(path.quoted)", permissionsFailure) }
         let times = [info.st_atim, info.st_mtim]
         if utimensat(AT_FDCWD, path.cString, times, flags) != 0 {
             fail("preserving times for \(path.quoted)", Errno(rawValue: errno))

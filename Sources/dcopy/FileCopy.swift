@@ -413,17 +413,19 @@ final class FileCopy: @unchecked Sendable {
             let ownerKept = fchown(destinationFD, info.uid, info.gid) == 0
             // cp -p keeps the group if it can when the owner cannot be kept, and says nothing.
             if !ownerKept { _ = fchown(destinationFD, uid_t.max, info.gid) }
-            if let failure = preserveAccessControlLists(
+            // One message, as cp gives: an fchmod after a failed ACL fails the same way.
+            var permissionsFailure = preserveAccessControlLists(
                 from: .descriptor(sourceFD),
                 to: .descriptor(destinationFD),
                 isDirectory: false
-            ) {
-                let failure = Errno(rawValue: failure)
-                lock.withLock { error = "preserving permissions for \(destination.quoted): \(describe(failure))" }
-            }
+            ).map { Errno(rawValue: $0) }
             if fchmod(destinationFD, mode_t(info.mode) & preservedModeBits(ownerKept: ownerKept)) != 0 {
-                let failure = Errno(rawValue: errno)
-                lock.withLock { error = "preserving permissions for \(destination.quoted): \(describe(failure))" }
+                permissionsFailure = permissionsFailure ?? Errno(rawValue: errno)
+            }
+            if let permissionsFailure {
+                lock.withLock {
+                    error = "preserving permissions for \(destination.quoted): \(describe(permissionsFailure))"
+                }
             }
             let times = [info.accessTime, info.modificationTime]
             if futimens(destinationFD, times) != 0 {

@@ -124,7 +124,7 @@ struct DcatTests {
 
     // Near the descriptor limit, dcat needs what cat needs, one descriptor past the standard three: the
     // engine holds none of its own (the ring's is closed once registered, its thread wakes on a futex,
-    // the POSIX engine makes its reactor only when something waits). dcat used to fail at `ulimit -n 5`,
+    // the POSIX engine works without its reactor when it cannot have it). dcat used to fail at `ulimit -n 5`,
     // and the POSIX engine died of SIGILL at 4. With no descriptor free at all, the runtime cannot read
     // the command line: dcat stops with the reason instead of copying standard input in place of the
     // files it was given (cat, linked dynamically, does not start: its loader cannot open libc).

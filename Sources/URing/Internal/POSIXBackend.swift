@@ -16,10 +16,11 @@ import Glibc
 /// read can be cancelled, as on io_uring. Regular files and block devices are read and written with
 /// plain blocking calls: they never wait for a peer.
 ///
-/// The reactor and its three descriptors are made when something first waits in it: copying regular
-/// files takes none, which a process near its descriptor limit needs for its files. If they cannot be
-/// made then (`Too many open files`), what would have waited (a poll or a transfer that is not ready at
-/// once, a timeout) completes with that error, and the next wait tries again.
+/// A process out of descriptors when the engine starts (`ulimit -n 4`) gets no reactor at first, and
+/// regular files are read and written all the same; each later wait tries to make it again. Until then a
+/// poll, or a transfer that is not ready at once, completes with the error that kept the reactor from
+/// being made (`Too many open files`), and timeouts are kept by a thread that waits on a condition
+/// variable, which needs no descriptor.
 final class POSIXBackend: EngineBackend, @unchecked Sendable {
     static let poolSize = 4
     private static let wakeKey: UInt64 = 1 << 63
@@ -45,19 +46,40 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     private var epollFD: CInt = -1
     private var wakeFD: CInt = -1
     private var timerFD: CInt = -1
+    /// Signalled when the earliest deadline changes, for the timer thread that runs without a reactor.
+    private let timersChanged: UnsafeMutablePointer<pthread_cond_t>
+    private var timerThreadStarted = false
 
-    init() {
+    /// False only in tests: the reactor is then never made, as in a process without descriptors to spare.
+    private let reactorAllowed: Bool
+
+    init(reactorAllowed: Bool = true) {
+        self.reactorAllowed = reactorAllowed
         workAvailable = .allocate(capacity: 1)
         workAvailable.initialize(to: pthread_cond_t())
         pthread_cond_init(workAvailable, nil)
+        timersChanged = .allocate(capacity: 1)
+        timersChanged.initialize(to: pthread_cond_t())
+        var attributes = pthread_condattr_t()
+        pthread_condattr_init(&attributes)
+        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
+        pthread_cond_init(timersChanged, &attributes)
+        pthread_condattr_destroy(&attributes)
         var started: [pthread_t] = []
         for _ in 0..<Self.poolSize { started.append(spawn { $0.poolLoop() }) }
-        lock.withLock { threads = started }
+        // The reactor from the start where it can be had: a process that later runs out of descriptors
+        // still has it for its first wait.
+        lock.withLock {
+            threads = started
+            _ = ensureReactor()
+        }
     }
 
     deinit {
         pthread_cond_destroy(workAvailable)
         workAvailable.deallocate()
+        pthread_cond_destroy(timersChanged)
+        timersChanged.deallocate()
     }
 
     var ownDescriptorCount: Int { descriptorsOpen.load(ordering: .acquiring) }
@@ -66,6 +88,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     private func ensureReactor() -> Errno? {
         if epollFD >= 0 { return nil }
         if stopping { return .canceled }
+        if !reactorAllowed { return .tooManyOpenFiles }
         let epoll = epoll_create1(CInt(EPOLL_CLOEXEC))
         let wake = epoll >= 0 ? eventfd(0, CInt(EFD_CLOEXEC | EFD_NONBLOCK)) : -1
         let timer = wake >= 0 ? timerfd_create(CLOCK_BOOTTIME, CInt(TFD_CLOEXEC | TFD_NONBLOCK)) : -1
@@ -140,11 +163,13 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             timerRequests.removeAll()
             fdWaiters.removeAll()
             pthread_cond_broadcast(workAvailable)
+            pthread_cond_broadcast(timersChanged)
             defer { threads.removeAll() }
             return threads
         }
         guard !joinable.isEmpty else { return }
         let (epollFD, wakeFD, timerFD) = lock.withLock { (self.epollFD, self.wakeFD, self.timerFD) }
+        defer { lock.withLock { (self.epollFD, self.wakeFD, self.timerFD) = (-1, -1, -1) } }
         for request in cancelled { request.handler(IOCompletion(result: request.progress, error: .canceled)) }
         if wakeFD >= 0 {
             var one: UInt64 = 1
@@ -504,18 +529,19 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     // MARK: Timers
 
     private func addTimer(_ request: Request, deadline: Int64) {
-        var noReactor: Errno?
         let accepted = lock.withLock { () -> Bool in
             running[request.id] = nil
             if stopping || request.cancelRequested { return false }
-            noReactor = ensureReactor()
-            if noReactor != nil { return false }
+            if ensureReactor() != nil && !timerThreadStarted {
+                timerThreadStarted = true
+                threads.append(spawn { $0.timerLoop() })
+            }
             timerRequests[request.id] = request
             timers.insert(deadline: deadline, id: request.id)
             armTimer()
             return true
         }
-        if !accepted { request.handler(IOCompletion(result: 0, error: noReactor ?? .canceled)) }
+        if !accepted { request.handler(IOCompletion(result: 0, error: .canceled)) }
     }
 
     private func removeTimer(_ target: UInt64, matching: (Op) -> Bool = { _ in true }) -> Int {
@@ -540,7 +566,37 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             let at = max(next, 1)
             spec.it_value = timespec(tv_sec: Int(at / 1_000_000_000), tv_nsec: Int(at % 1_000_000_000))
         }
-        timerfd_settime(timerFD, CInt(TFD_TIMER_ABSTIME), &spec, nil)
+        if timerFD >= 0 { timerfd_settime(timerFD, CInt(TFD_TIMER_ABSTIME), &spec, nil) }
+        if timerThreadStarted { pthread_cond_signal(timersChanged) }
+    }
+
+    /// Keeps the timeouts where there is no reactor (and so no timerfd): waits for the earliest deadline
+    /// on a condition variable, on the monotonic clock (deadlines are on the boot-time clock, which also
+    /// counts suspended time; a wait that spans a suspend ends late, not early), and fires what is due.
+    private func timerLoop() {
+        lock.lock()
+        while !stopping {
+            while let first = timers.first, timerRequests[first.id] == nil { _ = timers.popFirst() }
+            guard let deadline = timers.first?.deadline else {
+                lock.wait(on: timersChanged)
+                continue
+            }
+            let left = deadline - BootTime.now()
+            if left <= 0 {
+                lock.unlock()
+                fireTimers()
+                lock.lock()
+                continue
+            }
+            var now = timespec()
+            clock_gettime(CLOCK_MONOTONIC, &now)
+            let until = Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec) + left
+            lock.wait(
+                on: timersChanged,
+                until: timespec(tv_sec: Int(until / 1_000_000_000), tv_nsec: Int(until % 1_000_000_000))
+            )
+        }
+        lock.unlock()
     }
 
     private func fireTimers() {
