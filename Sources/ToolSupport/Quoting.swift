@@ -187,6 +187,10 @@ enum LocaleText {
     /// character sets. The locale is loaded as an object the first time a name past ASCII is quoted, and
     /// never made the process's own: `setlocale` is not safe while other threads run.
     private static let isUTF8: Bool = {
+        // Names are quoted for messages before the failed call's errno is read (`fail("… \(name.quoted)",
+        // Errno(rawValue: errno))`): loading a locale, which opens files, must leave it as it was.
+        let savedErrno = errno
+        defer { errno = savedErrno }
         guard let locale = newlocale(LC_CTYPE_MASK, "", nil) else { return false }
         defer { freelocale(locale) }
         // Through this thread's locale (`uselocale`), not `nl_langinfo_l`: in a statically linked binary

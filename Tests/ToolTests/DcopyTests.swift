@@ -616,6 +616,23 @@ struct DcopyTests {
         }
     }
 
+    // The first name past ASCII that a message quotes loads the locale, which opens files; the failed
+    // call's errno, read after the name is quoted, must survive it (dcopy said "No such file or
+    // directory" where the mkdir had failed with "Permission denied").
+    @Test(arguments: messageLocales)
+    func theReasonSurvivesQuotingTheFirstNamePastASCII(_ locale: String) throws {
+        try inScratch { scratch in
+            let drop = isRoot ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : ""
+            let result = try both(
+                scratch,
+                setup: "chmod 777 .; mkdir -p d ro && chmod 555 ro",
+                "export LC_ALL=\(locale); \(drop) %cp -r d ro/é; echo $?"
+            )
+            #expect(result.ours.stderr.hasSuffix(": Permission denied\n"))
+            expectSame(result)
+        }
+    }
+
     // Names in messages and -v lines are quoted as cp quotes them (quoteaf), in the C and UTF-8 locales.
     @Test(arguments: messageLocales)
     func awkwardNamesAreQuotedAsCpQuotesThem(_ locale: String) throws {
