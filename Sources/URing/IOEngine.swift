@@ -156,8 +156,8 @@ package final class IOEngine: Sendable {
     package func shutdown() { backend.shutdown() }
 
     /// The number of descriptors the engine itself holds open: on io_uring the ring's before Linux 6.3 and
-    /// an eventfd before 6.7, none after; on the POSIX engine epoll, eventfd and timerfd once something has
-    /// waited in it. 0 after ``shutdown()``.
+    /// an eventfd before 6.8, none after; on the POSIX engine epoll, eventfd and timerfd (none while it
+    /// could not have them). 0 after ``shutdown()``.
     package var ownDescriptorCount: Int { backend.ownDescriptorCount }
 
     // MARK: - Operations

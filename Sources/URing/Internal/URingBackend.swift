@@ -10,7 +10,7 @@ import Glibc
 ///
 /// Other threads append requests to `incoming` under a lock and wake the ring thread only when it is
 /// about to sleep (`sleeping`), so a busy ring takes no wake-up system calls. The wake-up is a futex the
-/// ring keeps a wait on (Linux 6.7), or on older kernels an eventfd it keeps a read on: the futex costs
+/// ring keeps a wait on (Linux 6.8), or on older kernels an eventfd it keeps a read on: the futex costs
 /// no descriptor, which a process near its `RLIMIT_NOFILE` (`ulimit -n 4`) needs for its files; nor does
 /// the ring, whose descriptor the ring thread registers with itself and closes (6.3). The ring thread
 /// fills as many SQEs as it has requests, submits them with one `io_uring_enter`, reaps every CQE, and
