@@ -45,8 +45,8 @@ static inline int curing_enable_rings(struct io_uring *ring) {
     return rc < 0 ? -errno : rc;
 }
 
-// The ring thread's wake-up without a descriptor: it keeps an IORING_OP_FUTEX_WAIT (Linux 6.7; used from 6.8) pending
-// on a word, and a thread with work for it bumps the word and wakes the futex. liburing 2.3 predates
+// The ring thread's wake-up without a descriptor: it keeps an IORING_OP_FUTEX_WAIT (Linux 6.7; used from
+// 6.8) pending on a word, and a thread with work for it bumps the word and wakes the futex. liburing 2.3 predates
 // the opcode, so the SQE is filled here as its later io_uring_prep_futex_wait does: the futex2 flags in
 // `fd`, the expected value in `off`, the bitset in `addr3`.
 #define CURING_OP_FUTEX_WAIT 51

@@ -47,3 +47,13 @@ package struct EngineSelection: Sendable {
         }
     }
 }
+
+/// Whether the running kernel's release (`uname -r`) is at least `major.minor`; false if it cannot be read.
+package func kernelAtLeast(_ major: Int, _ minor: Int) -> Bool {
+    var name = utsname()
+    guard uname(&name) == 0 else { return false }
+    let release = withUnsafeBytes(of: &name.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+    let parts = release.split(whereSeparator: { !$0.isNumber }).prefix(2).compactMap { Int($0) }
+    guard parts.count == 2 else { return false }
+    return (parts[0], parts[1]) >= (major, minor)
+}

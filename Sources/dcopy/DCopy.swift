@@ -125,9 +125,9 @@ enum Limits {
     /// named by their whole paths: a wide tree cannot starve the walk's own opens. None in a serial walk.
     static let openDirectories = serialWalk ? 0 : min(64, descriptorLimit / 8)
     /// Under a limit below 16 the walk reads a directory only while no file is being copied. Otherwise a
-    /// directory opened for reading while a file's two are open could be the descriptor too many: with
-    /// the ring's, that is 7, and at `ulimit -n 6` a two-file tree failed one time in two with
-    /// `Too many open files`. cp, doing one thing at a time, needs 5; serial, dcopy needs 6.
+    /// directory opened for reading while a file's two are open could be the descriptor too many (then the
+    /// ring's too: at `ulimit -n 6` a two-file tree failed one time in two with `Too many open files`).
+    /// cp, doing one thing at a time, needs 5, and so does a serial walk.
     static let serialWalk = descriptorLimit < 16
     /// The soft limit on open descriptors (`RLIMIT_NOFILE`).
     static let descriptorLimit: Int = {

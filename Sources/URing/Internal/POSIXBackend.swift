@@ -169,7 +169,6 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         }
         guard !joinable.isEmpty else { return }
         let (epollFD, wakeFD, timerFD) = lock.withLock { (self.epollFD, self.wakeFD, self.timerFD) }
-        defer { lock.withLock { (self.epollFD, self.wakeFD, self.timerFD) = (-1, -1, -1) } }
         for request in cancelled { request.handler(IOCompletion(result: request.progress, error: .canceled)) }
         if wakeFD >= 0 {
             var one: UInt64 = 1
@@ -177,6 +176,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         }
         for thread in joinable { pthread_join(thread, nil) }
         for fd in [epollFD, wakeFD, timerFD] where fd >= 0 { Glibc.close(fd) }
+        lock.withLock { (self.epollFD, self.wakeFD, self.timerFD) = (-1, -1, -1) }
         descriptorsOpen.store(0, ordering: .releasing)
     }
 

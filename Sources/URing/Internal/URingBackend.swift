@@ -145,7 +145,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             defer { io_uring_free_probe(probe) }
             // 6.8: a futex wait that ended at once (EAGAIN, which this wake-up meets often) was not cleaned up
             // properly before ("io_uring/futex: ensure io_futex_wait() cleans up properly on failure").
-            futexWake = io_uring_opcode_supported(probe, CURING_OP_FUTEX_WAIT) != 0 && Self.kernelAtLeast(6, 8)
+            futexWake = io_uring_opcode_supported(probe, CURING_OP_FUTEX_WAIT) != 0 && kernelAtLeast(6, 8)
             let missing = Self.requiredOpcodes.filter { io_uring_opcode_supported(probe, $0.0) == 0 }.map(\.1)
             if !missing.isEmpty {
                 io_uring_queue_exit(ring)
@@ -199,16 +199,6 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     }
 
     var ownDescriptorCount: Int { descriptorsOpen.load(ordering: .acquiring) }
-
-    /// Whether the running kernel's release is at least `major.minor`.
-    private static func kernelAtLeast(_ major: Int, _ minor: Int) -> Bool {
-        var name = utsname()
-        guard uname(&name) == 0 else { return false }
-        let release = withUnsafeBytes(of: &name.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        let parts = release.split(whereSeparator: { !$0.isNumber }).prefix(2).compactMap { Int($0) }
-        guard parts.count == 2 else { return false }
-        return (parts[0], parts[1]) >= (major, minor)
-    }
 
     private static func readSysctl(_ path: String) -> Int? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
@@ -405,8 +395,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     private func handle(_ id: UInt64, _ res: Int32) {
         if id == Self.wakeID {
             // Woken (0, or the eventfd's 8 bytes), or the word changed before the wait began (EAGAIN), or
-            // cancelled by the drain; any
-            // other result would come back at once on every re-arm, and the thread would spin.
+            // cancelled by the drain; any other result would come back at once on every re-arm, and the
+            // thread would spin.
             precondition(
                 res >= 0 || res == -EAGAIN || res == -ECANCELED || res == -EINTR,
                 "the ring thread's wake-up wait failed: \(Errno(rawValue: -res))"
