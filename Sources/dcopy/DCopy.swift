@@ -115,11 +115,13 @@ enum Limits {
     static let backlog = 1024
     /// Read chunks (each at most ``chunk`` bytes) read but not yet written, across all files: the data in
     /// memory stays under `chunks × chunk` (4 MiB) whatever the file sizes or how slow the destination.
-    static let chunks = 8
+    static let chunks = 4
     /// Bytes one read asks for: the channel's pooled buffer size, so one read is one system call.
-    static let chunk = 512 << 10
-    /// Chunks of one file in flight at once (reads on a regular file can overlap their writes).
-    static let perFile = 4
+    static let chunk = 1 << 20
+    /// Chunks of one file in flight at once (reads on a regular file can overlap their writes). With 1 MiB
+    /// chunks, 2 per file and 4 in all copied 1 GiB in 0.96× the time of 4 × 512 KiB per file and 8 in all,
+    /// with half the user CPU (alternating runs, 2026-11-24).
+    static let perFile = 2
     /// Directory pairs held open for the files queued or running in them (two descriptors each): 64, or
     /// fewer under a low descriptor limit, so that they take at most a quarter of it. Past this, files are
     /// named by their whole paths: a wide tree cannot starve the walk's own opens. None in a serial walk.
