@@ -106,11 +106,12 @@ struct Options: Sendable {
 
 /// Bounds on concurrency and memory.
 enum Limits {
-    /// Files copied at once: enough to keep the ring busy with small files' opens, stats and closes. Each
-    /// may hold two descriptors, so under a low descriptor limit fewer run: a quarter of the limit left
-    /// after 16 for the process itself (standard streams, the ring, the walk's open directory), as cp
-    /// copies a tree with a handful. `ulimit -n 64` gives 12.
-    static let files = max(1, min(32, (descriptorLimit - 16) / 4))
+    /// Files copied at once: enough to keep the ring busy with small files' opens, stats and closes, and
+    /// as many as the engine has lanes for whole-file copies (64: see `URingBackend.copyLanes` for the
+    /// measurements). Each may hold two descriptors, so under a low descriptor limit fewer run: a quarter
+    /// of the limit left after 16 for the process itself (standard streams, the walk's open directory), as
+    /// cp copies a tree with a handful. `ulimit -n 64` gives 12; 64 files need a limit of 272.
+    static let files = max(1, min(64, (descriptorLimit - 16) / 4))
     /// Files found by the walk and not yet started, at most; the walker waits when there are this many.
     static let backlog = 1024
     /// Read chunks (each at most ``chunk`` bytes) read but not yet written, across all files: the data in

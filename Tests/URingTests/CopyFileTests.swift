@@ -217,6 +217,33 @@ struct CopyFileTests {
             #expect(engine.copyLanesInUse == 0)
         }
     }
+
+    /// Files that fit a default pipe (64 KiB) and files that need a grown one, more of both at once than
+    /// there are lanes of either kind: each waits for a lane it fits in, none is refused (`.notStarted`)
+    /// for having been given a lane whose pipe is too small, and all complete.
+    @Test(arguments: EngineKind.allCases)
+    func smallAndLargeCopiesAtOnceAllComplete(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let sizes = [10, 64 << 10, (64 << 10) + 1, IOEngine.wholeFileCopyLimit]
+        // 24 of each size: more than the 32 lanes of either kind, with 48 needing a large one.
+        let count = 96
+        let pattern = (0..<IOEngine.wholeFileCopyLimit + count).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        func bytes(_ index: Int) -> [UInt8] { Array(pattern[index..<index + sizes[index % sizes.count]]) }
+        for index in 0..<count { writeFile(dir.file("s\(index)"), bytes(index)) }
+        try await withEngine(kind) { engine in
+            let outcomes = await withTaskGroup(of: FileCopyOutcome.self) { group in
+                for index in 0..<count {
+                    let length = sizes[index % sizes.count]
+                    group.addTask { await copy(engine, dir.file("s\(index)"), dir.file("d\(index)"), length: length) }
+                }
+                return await group.reduce(into: [FileCopyOutcome]()) { $0.append($1) }
+            }
+            #expect(outcomes == [FileCopyOutcome](repeating: .copied, count: count))
+            for index in 0..<count { expectContent(dir.file("d\(index)"), bytes(index)) }
+            #expect(engine.copyLanesInUse == 0)
+        }
+    }
 }
 
 private func copy(
