@@ -237,6 +237,8 @@ struct PendingFile {
     let destination: PathName
     let location: FileLocation
     let destinationIsNew: Bool
+    /// Its place among the messages, taken when the walk reached it.
+    let place: Int
 }
 
 extension PathName {
@@ -287,10 +289,8 @@ final class Copier: @unchecked Sendable {
     private let running = WorkGroup()
     private let failed = Locked(false)
     let meter: ProgressMeter?
-    /// Standard output was closed at start (it is /dev/null now): a `-v` line fails as it would for cp.
-    private let outputWasClosed: Bool
-    /// The first `-v` line's write error, reported at the end.
-    private let outputError = Locked<Errno?>(nil)
+    /// `-v` lines and errors, printed in the walk's order.
+    private let messages: Messages
     /// What cp remembers of the sources on a command line with two or more: set before the walk, then
     /// used by the walker alone.
     private var commandLine: CommandLineSources?
@@ -302,27 +302,37 @@ final class Copier: @unchecked Sendable {
 
     init(options: Options, showProgress: Bool, outputWasClosed: Bool = false) {
         self.options = options
-        self.outputWasClosed = outputWasClosed
+        messages = Messages(outputWasClosed: outputWasClosed)
         meter = showProgress ? ProgressMeter() : nil
     }
 
     /// Runs the command; returns the exit status.
     func run(_ paths: [PathName]) -> Int32 {
-        guard let target = paths.last else {
-            fail("missing file operand\nTry 'dcopy --help' for more information.")
+        copyAll(paths)
+        // cp reports a failed -v line once, at the end, as its standard output is closed.
+        if let error = messages.flush() {
+            printError("dcopy: write error: \(describe(error))\n")
             return 1
         }
+        return failed.withLock { $0 } ? 1 : 0
+    }
+
+    /// Copies the sources to the target; failures are in `failed`, their messages posted.
+    private func copyAll(_ paths: [PathName]) {
+        guard let target = paths.last else {
+            return fail("missing file operand\nTry 'dcopy --help' for more information.")
+        }
         guard paths.count >= 2 else {
-            fail("missing destination file operand after \(target.quoted)\nTry 'dcopy --help' for more information.")
-            return 1
+            return fail(
+                "missing destination file operand after \(target.quoted)\nTry 'dcopy --help' for more information."
+            )
         }
         let sources = paths.dropLast()
         var targetInfo = stat()
         let targetFound = stat(target.cString, &targetInfo) == 0
         let targetIsDirectory = targetFound && targetInfo.st_mode & S_IFMT == S_IFDIR
         if sources.count > 1 && !targetIsDirectory {
-            fail("target \(target.quoted)", targetFound ? .notDirectory : Errno(rawValue: errno))
-            return 1
+            return fail("target \(target.quoted)", targetFound ? .notDirectory : Errno(rawValue: errno))
         }
         if let meter {
             meter.total = sources.reduce(0) { $0 + Self.bytes(under: $1, recursive: options.recursive) }
@@ -345,11 +355,6 @@ final class Copier: @unchecked Sendable {
             setMetadata(path: path, source: source, info: info, isLink: false, keeping: kept)
         }
         meter?.finish()
-        // cp reports a failed -v line once, at the end, as its standard output is closed.
-        if let error = outputError.withLock({ $0 }) {
-            fail("write error: \(describe(error))")
-        }
-        return failed.withLock { $0 } ? 1 : 0
     }
 
     /// The queue for the next file, round robin.
@@ -363,9 +368,9 @@ final class Copier: @unchecked Sendable {
 
     // MARK: Messages
 
-    /// Prints `dcopy: message` on standard error and marks the exit status.
+    /// Prints `dcopy: message` on standard error, in the walk's order, and marks the exit status.
     func fail(_ message: String) {
-        printError("dcopy: \(message)\n")
+        messages.post(error: message)
         failed.withLock { $0 = true }
     }
 
@@ -373,10 +378,22 @@ final class Copier: @unchecked Sendable {
         fail("\(what): \(describe(error))")
     }
 
+    /// Prints the `-v` line of a copy the walker made itself (a directory, a link, a special file).
     func announce(_ source: PathName, _ destination: PathName) {
         guard options.verbose else { return }
-        let failure = outputWasClosed ? .badFileDescriptor : printOutput("\(source.quoted) -> \(destination.quoted)\n")
-        if let failure { outputError.withLock { $0 = $0 ?? failure } }
+        messages.post(line: verboseLine(source, destination))
+    }
+
+    /// A file copy ended: its messages go out in its place; a failure marks the exit status.
+    /// `announced`: it got as far as cp prints its `-v` line.
+    func fileEnded(_ place: Int, source: PathName, destination: PathName, announced: Bool, error: String?) {
+        if error != nil { failed.withLock { $0 = true } }
+        let line = options.verbose && announced ? verboseLine(source, destination) : nil
+        messages.fill(place, line: line, error: error)
+    }
+
+    private func verboseLine(_ source: PathName, _ destination: PathName) -> String {
+        "\(source.quoted) -> \(destination.quoted)"
     }
 
     // MARK: Walking
@@ -442,7 +459,7 @@ final class Copier: @unchecked Sendable {
         )
         if commandLine!.mentions.insert(mention).inserted { return true }
         let kind = info.st_mode & S_IFMT == S_IFDIR ? "directory" : "file"
-        printError("dcopy: warning: source \(kind) \(source.quoted) specified more than once\n")
+        messages.post(error: "warning: source \(kind) \(source.quoted) specified more than once")
         return false
     }
 
@@ -644,13 +661,13 @@ final class Copier: @unchecked Sendable {
         destinationIsNew: Bool
     ) {
         running.enter()
-        // Announced in walking order, as cp does, although the copies overlap.
-        announce(source, destination)
+        // Its messages come out in walking order, as cp's do, although the copies overlap.
         let file = PendingFile(
             source: source,
             destination: destination,
             location: location,
-            destinationIsNew: destinationIsNew
+            destinationIsNew: destinationIsNew,
+            place: messages.reserve()
         )
         let (startNow, mustWait) = files.withLock { backlog -> (Bool, Bool) in
             if backlog.running < Limits.files {
@@ -671,7 +688,8 @@ final class Copier: @unchecked Sendable {
             source: file.source,
             destination: file.destination,
             location: file.location,
-            destinationIsNew: file.destinationIsNew
+            destinationIsNew: file.destinationIsNew,
+            place: file.place
         ) { [self] in
             fileEnded()
         }.start()

@@ -62,6 +62,11 @@ final class FileCopy: @unchecked Sendable {
     private let destinationIsNew: Bool
     /// How the ring reaches both files; holds their directories open until this copy has ended.
     private let location: FileLocation
+    /// This file's place among dcopy's messages (see ``Messages``), filled when the copy ends.
+    private let place: Int
+    /// The copy got past the source's status and the destination's checks, where cp prints its `-v` line
+    /// (before opening anything): the line goes out with the copy's messages.
+    private var announced = false
 
     init(
         copier: Copier,
@@ -69,6 +74,7 @@ final class FileCopy: @unchecked Sendable {
         destination: PathName,
         location: FileLocation = .paths,
         destinationIsNew: Bool = false,
+        place: Int,
         completion: @escaping @Sendable () -> Void
     ) {
         self.copier = copier
@@ -76,6 +82,7 @@ final class FileCopy: @unchecked Sendable {
         self.destination = destination
         self.location = location
         self.destinationIsNew = destinationIsNew
+        self.place = place
         self.completion = completion
         self.queue = copier.queueForNextFile()
     }
@@ -137,6 +144,7 @@ final class FileCopy: @unchecked Sendable {
             return queue.async { [self] in end() }
         }
         let existed = if case .success = existing { true } else { false }
+        lock.withLock { announced = true }
         if !existed && copiesWhole(info) { return copyWhole(info) }
         openSource(info, existed: existed)
     }
@@ -184,6 +192,7 @@ final class FileCopy: @unchecked Sendable {
             switch outcome {
             case .copied:
                 copier.meter?.add(Int(info.size))
+                copier.fileEnded(place, source: source, destination: destination, announced: true, error: nil)
                 completion()
             case .notStarted:
                 openSource(info, existed: false)
@@ -200,7 +209,13 @@ final class FileCopy: @unchecked Sendable {
                 }
             case .failed(let step, let failure):
                 queue.async { [self] in
-                    copier.fail(message(step, failure))
+                    copier.fileEnded(
+                        place,
+                        source: source,
+                        destination: destination,
+                        announced: true,
+                        error: message(step, failure)
+                    )
                     completion()
                 }
             }
@@ -438,8 +453,8 @@ final class FileCopy: @unchecked Sendable {
 
     /// Closes the channels and the descriptors through the ring, reports any error, and frees the slot.
     private func end() {
-        let (input, output, sourceFD, destinationFD, failure) = lock.withLock {
-            (self.input, self.output, self.sourceFD, self.destinationFD, error)
+        let (input, output, sourceFD, destinationFD, failure, announced) = lock.withLock {
+            (self.input, self.output, self.sourceFD, self.destinationFD, error, self.announced)
         }
         input?.close()
         output?.close()
@@ -447,7 +462,7 @@ final class FileCopy: @unchecked Sendable {
             self.input = nil
             self.output = nil
         }
-        if let failure { copier.fail(failure) }
+        copier.fileEnded(place, source: source, destination: destination, announced: announced, error: failure)
         // The completion only frees a slot (a semaphore signal and a group leave), so it runs straight from
         // the last close's completion instead of taking a hop through the queue.
         let descriptors = [sourceFD, destinationFD].filter { $0 >= 0 }

@@ -199,6 +199,24 @@ struct DcopyTests {
         }
     }
 
+    // cp prints a file's -v line once the source's status is taken and the destination checked, so a file
+    // it cannot stat (a directory readable but not searchable) or copies onto itself gets no line, only its
+    // error; dcopy printed the line when its walk reached the file, before the status came back.
+    @Test func noVerboseLineForAFileThatIsNotCopied() throws {
+        try inScratch { scratch in
+            let drop = isRoot ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : ""
+            let result = try both(
+                scratch,
+                setup: "chmod 777 .; mkdir -p d && printf a > d/a && printf b > d/b && chmod 644 d; printf x > f",
+                "\(drop) %cp -rv d t; echo $?; %cp -v f f; echo $?; %cp -v f g; echo $?",
+                check: "stat -c '%n %a' t; cat g"
+            )
+            #expect(result.theirs.text == "'d' -> 't'\n1\n1\n'f' -> 'g'\n0\n")
+            #expect(result.ours.stderr.split(separator: "\n").count == 3)
+            expectSame(result)
+        }
+    }
+
     @Test func missingSource() throws {
         try inScratch { scratch in
             let result = try both(scratch, "%cp nothing here", check: Self.listing)
