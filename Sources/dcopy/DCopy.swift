@@ -724,7 +724,8 @@ final class Copier: @unchecked Sendable {
         {
             permissionsFailure = Errno(rawValue: failure)
         }
-        if !isLink && chmod(path.cString, info.st_mode & preservedModeBits(ownerKept: ownerKept) | kept) != 0 {
+        let mode = info.st_mode & preservedModeBits(ownerKept: ownerKept, type: info.st_mode) | kept
+        if !isLink && chmod(path.cString, mode) != 0 {
             permissionsFailure = permissionsFailure ?? Errno(rawValue: errno)
         }
         if let permissionsFailure { fail("preserving permissions for \(path.quoted)", permissionsFailure) }
@@ -774,11 +775,18 @@ final class Copier: @unchecked Sendable {
     }
 }
 
-/// The mode bits `-p` keeps: all of them, or without set-user-ID and set-group-ID when the owner could not
-/// be kept, as cp does: a set-user-ID file of root's copied by another user must not become a set-user-ID
-/// file of that user's.
-func preservedModeBits(ownerKept: Bool) -> mode_t {
-    ownerKept ? 0o7777 : 0o1777
+/// The mode bits `-p` keeps for a file of `type` (its `st_mode`): all of them, or fewer when the owner could
+/// not be kept, as cp 9.1 does: a set-user-ID file of root's copied by another user must not become a
+/// set-user-ID file of that user's. Then a regular file loses set-user-ID, set-group-ID and the sticky bit
+/// (cp's copy of a regular file clears all three), a directory the first two; a special file keeps all
+/// three, since cp makes it with them (`mknod`) and does not change its mode again.
+func preservedModeBits(ownerKept: Bool, type: mode_t) -> mode_t {
+    if ownerKept { return 0o7777 }
+    switch type & S_IFMT {
+    case S_IFREG: return 0o0777
+    case S_IFDIR: return 0o1777
+    default: return 0o7777
+    }
 }
 
 /// Read chunks that may be held at once across all files; a file that finds none waits its turn.

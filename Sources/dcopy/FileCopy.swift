@@ -434,7 +434,8 @@ final class FileCopy: @unchecked Sendable {
                 to: .descriptor(destinationFD),
                 isDirectory: false
             ).map { Errno(rawValue: $0) }
-            if fchmod(destinationFD, mode_t(info.mode) & preservedModeBits(ownerKept: ownerKept)) != 0 {
+            let mode = mode_t(info.mode) & preservedModeBits(ownerKept: ownerKept, type: mode_t(info.mode))
+            if fchmod(destinationFD, mode) != 0 {
                 permissionsFailure = permissionsFailure ?? Errno(rawValue: errno)
             }
             if let permissionsFailure {
