@@ -434,7 +434,9 @@ final class FileCopy: @unchecked Sendable {
                 to: .descriptor(destinationFD),
                 isDirectory: false
             ).map { Errno(rawValue: $0) }
-            let mode = mode_t(info.mode) & preservedModeBits(ownerKept: ownerKept, type: mode_t(info.mode))
+            // The destination is a regular file whatever the source was (a FIFO or a device read for its
+            // bytes without -r): cp 9.1 drops set-ID and sticky bits by the destination's type.
+            let mode = mode_t(info.mode) & preservedModeBits(ownerKept: ownerKept, type: S_IFREG)
             if fchmod(destinationFD, mode) != 0 {
                 permissionsFailure = permissionsFailure ?? Errno(rawValue: errno)
             }
