@@ -185,6 +185,35 @@ struct CopyFileTests {
         }
     }
 
+    /// The kernel refuses a registered-descriptor table larger than `RLIMIT_NOFILE`. Under a soft limit of
+    /// 200 the engine asked for its 256 slots and got `EMFILE`; liburing then raised the process's soft limit
+    /// to 256 behind its back, or, under `ulimit -n 200` (the hard limit too), gave up, and every small
+    /// file's copy became separate steps. The table must fit the limit and the limit must stay as it was.
+    @Test(.enabled(if: kernelIsAtLeast(5, 19)))
+    func aLowDescriptorLimitKeepsLinkedCopiesAndTheLimit() async throws {
+        var saved = rlimit()
+        getrlimit(Int32(RLIMIT_NOFILE.rawValue), &saved)
+        var lowered = saved
+        lowered.rlim_cur = 200
+        try #require(setrlimit(Int32(RLIMIT_NOFILE.rawValue), &lowered) == 0)
+        let engine: IOEngine
+        var after = rlimit()
+        do {
+            defer { setrlimit(Int32(RLIMIT_NOFILE.rawValue), &saved) }
+            engine = try IOEngine(kind: .uring)
+            getrlimit(Int32(RLIMIT_NOFILE.rawValue), &after)
+        }
+        defer { engine.shutdown() }
+        #expect(after.rlim_cur == 200)
+        #expect(engine.copiesFilesInOneSubmission)
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        writeFile(dir.file("src"), Array("under a low limit".utf8))
+        let outcome = await copy(engine, dir.file("src"), dir.file("dst"), length: 17)
+        #expect(outcome == .copied)
+        expectContent(dir.file("dst"), Array("under a low limit".utf8))
+    }
+
     @Test(arguments: EngineKind.allCases)
     func aCopyAfterShutdownFailsWithoutTouchingAnything(kind: EngineKind) async throws {
         let dir = TemporaryDirectory()

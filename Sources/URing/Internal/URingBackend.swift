@@ -33,6 +33,11 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     /// 0.90× the time with 64 as with 32, 16 took 1.11× and 8 1.26×, 128 no better than 64 (alternating
     /// runs, 2026-11-24): while one chain waits for its directory's lock to create its file, others
     /// open, splice and close.
+    ///
+    /// The kernel refuses a descriptor table larger than `RLIMIT_NOFILE` (`EMFILE`), and liburing answers
+    /// that by raising the process's soft limit behind its back, or gives up when the hard limit is as low.
+    /// Under a limit below 256 there are as many lanes as a quarter of it (`ulimit -n 200`: 50), the limit
+    /// stays as the user set it, and small files still go in one submission.
     static let copyLanes: UInt32 = 64
     /// Lanes `0..<largeLanes` grow their pipe to ``copyPipeSize`` and take files of any size up to it;
     /// the rest keep the kernel's default pipe (64 KiB) and take only files that fit in it. A pipe's size
@@ -40,6 +45,10 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     /// anything, and past that limit an unprivileged user's new pipes get two pages, every process's of
     /// that user: the engine's pipes stay at 32 × 256 + 32 × 16 pages at most.
     static let largeLanes: UInt32 = 32
+    /// This ring's lanes: ``copyLanes``, or fewer under a low descriptor limit; the first
+    /// `largeLaneCount` of them large.
+    private let laneCount: UInt32
+    private let largeLaneCount: UInt32
     /// The pipe size asked for in a large lane, which is the largest file a linked copy takes
     /// (`/proc/sys/fs/pipe-max-size` is 1 MiB by default, so an unprivileged process gets it too).
     static let copyPipeSize: CInt = 1 << 20
@@ -168,13 +177,19 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         // request resolves only when it runs (5.18), and a sparse table to open into (5.19). The table is
         // registered before the ring thread enables the ring, while no task owns it yet.
         let linkable = UInt32(IORING_FEAT_CQE_SKIP) | UInt32(IORING_FEAT_LINKED_FILE)
+        var limit = rlimit()
+        let descriptorLimit =
+            getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 ? limit.rlim_cur : rlim_t(Self.copyLanes * 4)
+        laneCount = UInt32(min(rlim_t(Self.copyLanes), descriptorLimit / 4))
+        largeLaneCount = min(Self.largeLanes, laneCount)
         linkedCopies =
-            features & linkable == linkable && io_uring_register_files_sparse(ring, Self.copyLanes * 4) == 0
+            features & linkable == linkable && laneCount > 0
+            && io_uring_register_files_sparse(ring, laneCount * 4) == 0
         if linkedCopies {
-            freeLanes = Array((0..<Self.largeLanes).reversed())
-            freeSmallLanes = Array((Self.largeLanes..<Self.copyLanes).reversed())
-            lanePipeSize = Array(repeating: 0, count: Int(Self.copyLanes))
-            laneCleanups = Array(repeating: 0, count: Int(Self.copyLanes))
+            freeLanes = Array((0..<largeLaneCount).reversed())
+            freeSmallLanes = Array((largeLaneCount..<laneCount).reversed())
+            lanePipeSize = Array(repeating: 0, count: Int(laneCount))
+            laneCleanups = Array(repeating: 0, count: Int(laneCount))
         }
         let efd = futexWake ? -1 : eventfd(0, CInt(EFD_CLOEXEC))
         guard futexWake || efd >= 0 else {
@@ -536,7 +551,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         let slot = lane * 4
         if lanePipeSize[Int(lane)] == 0 {
             lanePipeSize[Int(lane)] =
-                installPipe(at: slot + 2, size: lane < Self.largeLanes ? Self.copyPipeSize : nil) ?? 0
+                installPipe(at: slot + 2, size: lane < largeLaneCount ? Self.copyPipeSize : nil) ?? 0
         }
         guard copy.length <= lanePipeSize[Int(lane)] else {
             // No pipe (out of descriptors or pipe memory), or a smaller one than asked for (a lower
@@ -678,7 +693,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
 
     /// Returns a lane, and starts the copy that waited longest among those it can take.
     private func freeLane(_ lane: UInt32) {
-        if lane < Self.largeLanes {
+        if lane < largeLaneCount {
             freeLanes.append(lane)
         } else {
             freeSmallLanes.append(lane)
@@ -686,7 +701,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         copyLanesInUse.subtract(1, ordering: .relaxed)
         // The first waiting copy the lane can take: a small lane takes only a file that fits its pipe.
         let fits = { (request: Request) -> Bool in
-            guard lane >= Self.largeLanes, case .linkedCopy(let copy) = request.op else { return true }
+            guard lane >= self.largeLaneCount, case .linkedCopy(let copy) = request.op else { return true }
             return copy.length <= Self.smallPipeSize
         }
         if let index = copiesWaiting.firstIndex(where: fits) {
