@@ -302,15 +302,18 @@ final class Copier: @unchecked Sendable {
 
     init(options: Options, showProgress: Bool, outputWasClosed: Bool = false) {
         self.options = options
-        messages = Messages(outputWasClosed: outputWasClosed)
+        messages = Messages(outputWasClosed: outputWasClosed, clearingProgress: showProgress)
         meter = showProgress ? ProgressMeter() : nil
     }
 
     /// Runs the command; returns the exit status.
     func run(_ paths: [PathName]) -> Int32 {
         copyAll(paths)
+        let outputFailure = messages.flush()
+        // The bar's last state below every message.
+        meter?.finish()
         // cp reports a failed -v line once, at the end, as its standard output is closed.
-        if let error = messages.flush() {
+        if let error = outputFailure {
             printError("dcopy: write error: \(describe(error))\n")
             return 1
         }
@@ -354,7 +357,6 @@ final class Copier: @unchecked Sendable {
         for (path, source, info, kept) in directoriesToFinish {
             setMetadata(path: path, source: source, info: info, isLink: false, keeping: kept)
         }
-        meter?.finish()
     }
 
     /// The queue for the next file, round robin.
@@ -384,12 +386,17 @@ final class Copier: @unchecked Sendable {
         messages.post(line: verboseLine(source, destination))
     }
 
-    /// A file copy ended: its messages go out in its place; a failure marks the exit status.
-    /// `announced`: it got as far as cp prints its `-v` line.
-    func fileEnded(_ place: Int, source: PathName, destination: PathName, announced: Bool, error: String?) {
+    /// A file copy got as far as cp prints its `-v` line (before copying): the line goes out in the copy's
+    /// place as soon as every message before it has.
+    func fileAnnounced(_ place: Int, source: PathName, destination: PathName) {
+        guard options.verbose else { return }
+        messages.announce(place, line: verboseLine(source, destination))
+    }
+
+    /// A file copy ended: its error, if any, goes out in its place, and marks the exit status.
+    func fileEnded(_ place: Int, error: String?) {
         if error != nil { failed.withLock { $0 = true } }
-        let line = options.verbose && announced ? verboseLine(source, destination) : nil
-        messages.fill(place, line: line, error: error)
+        messages.fill(place, line: nil, error: error)
     }
 
     private func verboseLine(_ source: PathName, _ destination: PathName) -> String {

@@ -62,11 +62,10 @@ final class FileCopy: @unchecked Sendable {
     private let destinationIsNew: Bool
     /// How the ring reaches both files; holds their directories open until this copy has ended.
     private let location: FileLocation
-    /// This file's place among dcopy's messages (see ``Messages``), filled when the copy ends.
+    /// This file's place among dcopy's messages (see ``Messages``): its `-v` line goes there once the copy
+    /// is past the source's status and the destination's checks, where cp prints it (before opening
+    /// anything), and its error when it ends.
     private let place: Int
-    /// The copy got past the source's status and the destination's checks, where cp prints its `-v` line
-    /// (before opening anything): the line goes out with the copy's messages.
-    private var announced = false
 
     init(
         copier: Copier,
@@ -144,7 +143,7 @@ final class FileCopy: @unchecked Sendable {
             return queue.async { [self] in end() }
         }
         let existed = if case .success = existing { true } else { false }
-        lock.withLock { announced = true }
+        copier.fileAnnounced(place, source: source, destination: destination)
         if !existed && copiesWhole(info) { return copyWhole(info) }
         openSource(info, existed: existed)
     }
@@ -192,7 +191,7 @@ final class FileCopy: @unchecked Sendable {
             switch outcome {
             case .copied:
                 copier.meter?.add(Int(info.size))
-                copier.fileEnded(place, source: source, destination: destination, announced: true, error: nil)
+                copier.fileEnded(place, error: nil)
                 completion()
             case .notStarted:
                 openSource(info, existed: false)
@@ -209,13 +208,7 @@ final class FileCopy: @unchecked Sendable {
                 }
             case .failed(let step, let failure):
                 queue.async { [self] in
-                    copier.fileEnded(
-                        place,
-                        source: source,
-                        destination: destination,
-                        announced: true,
-                        error: message(step, failure)
-                    )
+                    copier.fileEnded(place, error: message(step, failure))
                     completion()
                 }
             }
@@ -456,8 +449,8 @@ final class FileCopy: @unchecked Sendable {
 
     /// Closes the channels and the descriptors through the ring, reports any error, and frees the slot.
     private func end() {
-        let (input, output, sourceFD, destinationFD, failure, announced) = lock.withLock {
-            (self.input, self.output, self.sourceFD, self.destinationFD, error, self.announced)
+        let (input, output, sourceFD, destinationFD, failure) = lock.withLock {
+            (self.input, self.output, self.sourceFD, self.destinationFD, error)
         }
         input?.close()
         output?.close()
@@ -465,7 +458,7 @@ final class FileCopy: @unchecked Sendable {
             self.input = nil
             self.output = nil
         }
-        copier.fileEnded(place, source: source, destination: destination, announced: announced, error: failure)
+        copier.fileEnded(place, error: failure)
         // The completion only frees a slot (a semaphore signal and a group leave), so it runs straight from
         // the last close's completion instead of taking a hop through the queue.
         let descriptors = [sourceFD, destinationFD].filter { $0 >= 0 }

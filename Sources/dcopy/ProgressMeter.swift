@@ -30,10 +30,14 @@ final class ProgressMeter: @unchecked Sendable {
         state.withLock { $0.copied += Int64(count) }
     }
 
-    /// Draws the final state and ends the line.
+    /// Draws the final state and ends the line; nothing when the bar was never started (a command line
+    /// refused before copying).
     func finish() {
-        state.withLock { $0.running = false }
-        draw(final: true)
+        let wasRunning = state.withLock { state in
+            defer { state.running = false }
+            return state.running
+        }
+        if wasRunning { draw(final: true) }
     }
 
     private func schedule() {

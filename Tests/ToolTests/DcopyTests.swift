@@ -335,6 +335,45 @@ struct DcopyTests {
         }
     }
 
+    // A copy that cannot end (a FIFO without a writer, copied for its bytes) holds back every message after
+    // it, as cp would be stuck there; the walk must stop a bounded number of files ahead (2,048 places of
+    // messages) instead of copying all 6,000 and holding their lines, and the FIFO's -v line comes out
+    // before its copy ends, where cp prints it. Once a writer comes, everything ends, in order.
+    @Test func aStuckCopyHoldsTheWalkBack() throws {
+        try inScratch { scratch in
+            // The count of copied files is polled until it stops moving once started (25 polls, 0.5 s) or
+            // passes the bound: a stall that is not the bound can only make the test miss a fault, never fail.
+            let outcome = try scratch.run(
+                """
+                mkdir s d; mkfifo fifo; head -c 6000 /dev/zero | split -b 1 -a 4 -d - s/f
+                "$DCOPY" -v fifo s/* d > out 2> err &
+                copier=$!
+                last=-1; same=0
+                for try in $(seq 1000); do
+                    n=$(ls d | wc -l)
+                    [ "$n" -gt 3000 ] && break
+                    if [ "$n" = "$last" ] && [ "$n" -gt 0 ]; then same=$((same + 1)); [ $same -ge 25 ] && break
+                    else same=0; last=$n; fi
+                    sleep 0.02
+                done
+                echo "copied while stuck: $n"
+                echo "first line while stuck: $(head -n 1 out)"
+                printf z > fifo
+                wait $copier; echo "status $?"
+                ls d | wc -l; cat d/fifo; echo; cat err
+                """
+            )
+            let lines = outcome.text.split(separator: "\n", omittingEmptySubsequences: false)
+            let copied = lines.first { $0.hasPrefix("copied while stuck: ") }.flatMap { Int($0.dropFirst(20)) }
+            #expect(copied != nil && copied! <= 2048, "\(outcome.text.prefix(200))")
+            #expect(lines.contains("first line while stuck: 'fifo' -> 'd/fifo'"))
+            #expect(Array(lines.suffix(4)) == ["status 0", "6001", "z", ""])
+            let verbose = try String(contentsOfFile: scratch.path + "/out", encoding: .utf8)
+            let expected = ["'fifo' -> 'd/fifo'"] + (0..<6000).map { String(format: "'s/f%04d' -> 'd/f%04d'", $0, $0) }
+            #expect(verbose == expected.joined(separator: "\n") + "\n")
+        }
+    }
+
     // A source named twice on one command line is copied once, with cp's warning (the same file, last
     // component and directory: `s/a` and `s/./a` too, but not a hard link by another name).
     @Test func aSourceNamedTwiceIsCopiedOnce() throws {
