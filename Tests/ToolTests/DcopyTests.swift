@@ -738,6 +738,21 @@ struct DcopyTests {
         }
     }
 
+    // Options anywhere before the first `--`, as getopt permutes them, and operands that look like options
+    // after it. ArgumentParser sees only the options, so these must come out as cp's.
+    @Test func optionsAmongOperands() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "printf a > a; printf v > ./-v; printf r > ./-r; mkdir d e f",
+                "%cp a -v d; echo $?; %cp -- -v -r e; echo $?; %cp a -v -- -r f; echo $?; %cp -v a -- --; echo $?",
+                check: Self.listing
+            )
+            expectSame(result)
+            #expect(result.ours.text.hasPrefix("'a' -> 'd/a'\n0\n0\n'a' -> 'f/a'\n'-r' -> 'f/-r'\n0\n"))
+        }
+    }
+
     // Several sources into an existing file: cp's "Not a directory", from its open of the target.
     @Test func severalSourcesIntoAFile() throws {
         try inScratch { scratch in
