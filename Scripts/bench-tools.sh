@@ -53,6 +53,13 @@ if [ ! -x "$hello" ]; then
     echo 'exit(0)' | sed 's/^/import Glibc; /' > "$hello.swift"
     swiftc -O -static-stdlib "$hello.swift" -o "$hello" >&2
 fi
+# The same program linked as the tools are (a static executable, with lld): no dynamic loader at all. The
+# difference between this and dcat of an empty file is what the tools themselves cost at start-up. (The
+# linker warns that glibc's dlopen needs shared libraries at run time; nothing here calls it.)
+static_hello=/tmp/bench-swift-hello-static
+if [ ! -x "$static_hello" ]; then
+    swiftc -O -static-executable -use-ld=lld "$hello.swift" -o "$static_hello" >&2
+fi
 
 # Inputs, made once.
 [ -f "$work/big" ] || head -c $((1 << 30)) /dev/urandom > "$work/big"
@@ -147,6 +154,8 @@ bench "dcat empty file (vs cat)" "<= 1 ms" true \
     "cat $work/empty" "$dcat $work/empty"
 bench "a Swift program doing nothing (vs cat, for reference)" "-" true \
     "cat $work/empty" "$hello"
+bench "the same, a static executable as the tools are (vs cat, for reference)" "-" true \
+    "cat $work/empty" "$static_hello"
 rm -rf "$dst"
 
 echo
