@@ -454,14 +454,15 @@ final class Copier: @unchecked Sendable {
                 mknod(destination.cString, info.st_mode, info.st_rdev) == 0
             }
             guard let made else { return }
+            // cp prints the line before it tries, so a failure comes with it.
+            let error = Errno(rawValue: errno)
+            announce(source, destination)
             if !made {
-                let error = Errno(rawValue: errno)
                 // cp makes a FIFO with mkfifo and words its failure so.
                 let what = info.st_mode & S_IFMT == S_IFIFO ? "fifo" : "special file"
                 fail("cannot create \(what) \(destination.quoted)", error)
                 return
             }
-            announce(source, destination)
             if options.preserve { setMetadata(path: destination, source: source, info: info, isLink: false) }
         default:
             if destination.endsWithSlash { return refuseFile(source, toSlashed: destination) }
@@ -599,11 +600,13 @@ final class Copier: @unchecked Sendable {
         buffer[count] = 0
         guard let made = creatingOver(destination, for: source, info, { symlink(buffer, destination.cString) == 0 })
         else { return }
+        // cp prints the line before it tries, so a failure comes with it.
+        let error = Errno(rawValue: errno)
+        announce(source, destination)
         if !made {
-            fail("cannot create symbolic link \(destination.quoted)", Errno(rawValue: errno))
+            fail("cannot create symbolic link \(destination.quoted)", error)
             return
         }
-        announce(source, destination)
         if options.preserve { setMetadata(path: destination, source: source, info: info, isLink: true) }
     }
 

@@ -545,6 +545,26 @@ struct DcopyTests {
         }
     }
 
+    // -v and a link or FIFO that cannot be made: cp prints the line before it tries, then the error; a
+    // directory that cannot be made gets the error alone. dcopy printed only the errors.
+    @Test func verboseLinesOfFailedCreates() throws {
+        try inScratch { scratch in
+            let drop = isRoot ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : ""
+            let result = try both(
+                scratch,
+                setup: "chmod 777 .; mkdir -p s/sub/inner d/sub ro; ln -s target s/sub/link; mkfifo s/sub/fifo; "
+                    + "printf x > s/sub/file; ln -s t s/l; chmod 555 d/sub ro; chmod -R a+rX s",
+                "\(drop) %cp -rv s/sub d/; echo $?; \(drop) %cp -rv s/sub s/l ro/; echo $?",
+                // Not `listing`, which reads every file: a FIFO would block it.
+                check: "find . -mindepth 1 -printf '%p %y %m\\n' | LC_ALL=C sort"
+            )
+            #expect(result.ours.text.contains("'s/sub/link' -> 'd/sub/link'\n"))
+            #expect(result.ours.text.contains("'s/sub/fifo' -> 'd/sub/fifo'\n"))
+            #expect(result.ours.text.contains("'s/l' -> 'ro/l'\n1\n"))
+            expectSame(result)
+        }
+    }
+
     @Test func unreadableSourceAsUnprivilegedUser() throws {
         try inScratch { scratch in
             let drop = isRoot ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : ""
