@@ -458,18 +458,28 @@ final class FileCopy: @unchecked Sendable {
             self.input = nil
             self.output = nil
         }
-        copier.fileEnded(place, error: failure)
-        // The completion only frees a slot (a semaphore signal and a group leave), so it runs straight from
-        // the last close's completion instead of taking a hop through the queue.
         let descriptors = [sourceFD, destinationFD].filter { $0 >= 0 }
-        guard !descriptors.isEmpty else { return completion() }
-        let remaining = Locked(descriptors.count)
+        guard !descriptors.isEmpty else {
+            copier.fileEnded(place, error: failure)
+            return completion()
+        }
+        // The file's messages wait for both closes: a close can fail (EIO from a network file system's
+        // write-back), which cp reports as `failed to close` after any earlier error's place is taken.
+        let remaining = Locked((count: descriptors.count, failure: failure))
         for fd in descriptors {
-            engine.close(fd) { [completion] _ in
-                if remaining.withLock({ count in
-                    count -= 1
-                    return count == 0
-                }) {
+            engine.close(fd) { [self] result in
+                let ended = remaining.withLock { state -> String?? in
+                    if let error = result.error, state.failure == nil {
+                        let name = fd == destinationFD ? destination : source
+                        state.failure = "failed to close \(name.quoted): \(describe(error))"
+                    }
+                    state.count -= 1
+                    return state.count == 0 ? .some(state.failure) : nil
+                }
+                // The completion only frees a slot (a semaphore signal and a group leave), so it runs
+                // straight from the last close's completion instead of taking a hop through the queue.
+                if let ended {
+                    copier.fileEnded(place, error: ended)
                     completion()
                 }
             }
