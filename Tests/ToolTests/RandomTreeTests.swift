@@ -21,14 +21,22 @@ struct RandomTreeTests {
     /// `-p` also keeps modification times (access times move when a later run reads the source).
     static let listingWithTimes = listing + " && find . ! -type l -printf '%p %T@\\n' | LC_ALL=C sort"
 
+    /// The options compared, with what to list after each. With `-v`, standard error goes into standard
+    /// output, so the `-v` lines and the errors are compared in one stream, in the order they came out
+    /// (cp's output made line-buffered: to a file it would hold its lines until it exits).
+    static let variants = [
+        ("-r", listing), ("-rp", listingWithTimes), ("-rv 2>&1", listing), ("-rpv 2>&1", listingWithTimes),
+    ]
+
     @Test(arguments: [1, 2, 5, 7])
     func recursiveCopyMatchesCp(seed: UInt64) throws {
         try inScratch { scratch in
             try makeTree(at: scratch.path + "/src", seed: seed, unreadable: false)
-            for (options, check) in [("-r", Self.listing), ("-rp", Self.listingWithTimes)] {
+            for (options, check) in Self.variants {
                 let (theirs, ours) = try compare(scratch, "%cp \(options) ../src t", check: check)
                 #expect(ours.status == theirs.status, "seed \(seed) \(options)")
                 #expect(ours.stderr == renamed(theirs.stderr, from: "cp", to: "dcopy"), "seed \(seed) \(options)")
+                #expect(ours.stdout == renamed(theirs.stdout, from: "cp", to: "dcopy"), "seed \(seed) \(options)")
                 #expect(ours.check == theirs.check, "seed \(seed) \(options)")
                 #expect(!theirs.check.isEmpty)
             }
@@ -43,10 +51,11 @@ struct RandomTreeTests {
             chmod(scratch.path, 0o777)
             try makeTree(at: scratch.path + "/src", seed: seed, unreadable: true)
             let drop = "setpriv --reuid=65534 --regid=65534 --clear-groups"
-            for (options, check) in [("-r", Self.listing), ("-rp", Self.listingWithTimes)] {
+            for (options, check) in Self.variants {
                 let (theirs, ours) = try compare(scratch, "\(drop) %cp \(options) ../src t", check: check)
                 #expect(ours.status == theirs.status, "seed \(seed) \(options)")
                 #expect(ours.stderr == renamed(theirs.stderr, from: "cp", to: "dcopy"), "seed \(seed) \(options)")
+                #expect(ours.stdout == renamed(theirs.stdout, from: "cp", to: "dcopy"), "seed \(seed) \(options)")
                 #expect(ours.check == theirs.check, "seed \(seed) \(options)")
                 #expect(theirs.status == 1, "seed \(seed): the tree should hold something unreadable")
             }
@@ -75,17 +84,23 @@ struct RandomTreeTests {
         _ command: String,
         check: String
     ) throws
-        -> (
-            theirs: (status: Int32, stderr: String, check: String), ours: (status: Int32, stderr: String, check: String)
-        )
+        -> (theirs: Side, ours: Side)
     {
-        func side(_ name: String, _ tool: String) throws -> (status: Int32, stderr: String, check: String) {
+        func side(_ name: String, _ tool: String) throws -> Side {
             let prefix = "rm -rf \(name) && mkdir -m 777 \(name) && cd \(name) && "
             let outcome = try scratch.run(prefix + command.replacingOccurrences(of: "%cp", with: tool))
             let checked = try scratch.run("cd \(name) && " + check)
-            return (outcome.status, outcome.stderr, checked.text)
+            return Side(status: outcome.status, stdout: outcome.text, stderr: outcome.stderr, check: checked.text)
         }
-        return (try side("theirs", "cp"), try side("ours", "\"$DCOPY\""))
+        return (try side("theirs", "stdbuf -oL cp"), try side("ours", "\"$DCOPY\""))
+    }
+
+    /// What one side's copy gave.
+    struct Side {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+        var check: String
     }
 }
 
