@@ -268,6 +268,11 @@ package final class IOEngine: Sendable {
 
     /// Opens `path` relative to `directory` (`AT_FDCWD` for the working directory) with `openat(2)`; the
     /// result is the new descriptor. `O_CLOEXEC` is always added.
+    ///
+    /// Without `O_NONBLOCK` in `flags` the open waits as `openat(2)` waits: a FIFO's reader for a writer,
+    /// its writer for a reader. io_uring first tries an open inline with `O_NONBLOCK` added, which opens a
+    /// FIFO for reading at once with no writer (and for writing fails with `ENXIO`), so such opens go
+    /// straight to the kernel's workers (`IOSQE_ASYNC`), as one with `O_CREAT` or `O_TRUNC` always does.
     @discardableResult
     package func openat(
         _ directory: CInt = AT_FDCWD,
@@ -278,6 +283,7 @@ package final class IOEngine: Sendable {
     ) -> OperationID {
         backend.submit(
             .openat(dirfd: directory, path: CPath(path), flags: flags | O_CLOEXEC, mode: permissions.rawValue),
+            offload: flags & O_NONBLOCK == 0,
             keepAlive: nil,
             handler: handler
         )

@@ -220,6 +220,42 @@ struct EngineTests {
         }
     }
 
+    /// An open without `O_NONBLOCK` waits as `openat(2)` does: a FIFO's reader until a writer comes.
+    /// io_uring's inline attempt adds `O_NONBLOCK`, which opened it at once (and for writing failed with
+    /// `ENXIO`): `dcopy fifo out` made `out` before anything was written to the FIFO, where cp waits.
+    @Test(arguments: EngineKind.allCases)
+    func openingAFIFOWaitsForAWriter(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let fifo = dir.file("fifo")
+        try #require(mkfifo(fifo, 0o600) == 0)
+        try await withEngine(kind) { engine in
+            let opened = Locked<IOCompletion?>(nil)
+            let signal = PosixSemaphore()
+            engine.openat(path: FilePath(fifo), flags: O_RDONLY) { result in
+                opened.withLock { $0 = result }
+                signal.post()
+            }
+            // No writer yet: the open must still be waiting. A wrong one completes at once; half a second
+            // is its chance to show it (a right one cannot complete here, however slow the machine).
+            #expect(!signal.wait(for: .milliseconds(500)))
+            #expect(opened.withLock { $0 } == nil)
+            // Blocks until a reader has the FIFO open: the engine's waiting open.
+            let writer = open(fifo, O_WRONLY | O_CLOEXEC)
+            try #require(writer >= 0)
+            defer { close(writer) }
+            #expect(signal.wait(for: .seconds(30)))
+            let result = try #require(opened.withLock { $0 })
+            #expect(result.error == nil)
+            let reader = CInt(result.result)
+            defer { close(reader) }
+            var byte: UInt8 = 0x7A
+            #expect(write(writer, &byte, 1) == 1)
+            byte = 0
+            #expect(read(reader, &byte, 1) == 1 && byte == 0x7A)
+        }
+    }
+
     @Test(arguments: EngineKind.allCases)
     func missingPathsReportENOENT(kind: EngineKind) async throws {
         try await withEngine(kind) { engine in
