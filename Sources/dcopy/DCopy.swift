@@ -319,15 +319,15 @@ final class Copier: @unchecked Sendable {
     init(options: Options, showProgress: Bool, outputWasClosed: Bool = false) {
         self.options = options
         messages = Messages(outputWasClosed: outputWasClosed, clearingProgress: showProgress)
-        meter = showProgress ? ProgressMeter() : nil
+        let messages = self.messages
+        meter = showProgress ? ProgressMeter(drawing: { messages.onPrinter($0) }) : nil
     }
 
     /// Runs the command; returns the exit status.
     func run(_ paths: [PathName]) -> Int32 {
         copyAll(paths)
-        let outputFailure = messages.flush()
         // The bar's last state below every message.
-        meter?.finish()
+        let outputFailure = messages.flush { meter?.finish() }
         // cp reports a failed -v line once, at the end, as its standard output is closed.
         if let error = outputFailure {
             printError("dcopy: write error: \(describe(error))\n")
@@ -409,10 +409,10 @@ final class Copier: @unchecked Sendable {
         messages.announce(place, line: verboseLine(source, destination))
     }
 
-    /// A file copy ended: its error, if any, goes out in its place, and marks the exit status.
-    func fileEnded(_ place: Int, error: String?) {
-        if error != nil { failed.withLock { $0 = true } }
-        messages.fill(place, line: nil, error: error)
+    /// A file copy ended: its errors, if any, go out in its place, and mark the exit status.
+    func fileEnded(_ place: Int, errors: [String]) {
+        if !errors.isEmpty { failed.withLock { $0 = true } }
+        messages.fill(place, line: nil, errors: errors)
     }
 
     private func verboseLine(_ source: PathName, _ destination: PathName) -> String {

@@ -191,7 +191,7 @@ final class FileCopy: @unchecked Sendable {
             switch outcome {
             case .copied:
                 copier.meter?.add(Int(info.size))
-                copier.fileEnded(place, error: nil)
+                copier.fileEnded(place, errors: [])
                 completion()
             case .notStarted:
                 openSource(info, existed: false)
@@ -208,7 +208,7 @@ final class FileCopy: @unchecked Sendable {
                 }
             case .failed(let step, let failure):
                 queue.async { [self] in
-                    copier.fileEnded(place, error: message(step, failure))
+                    copier.fileEnded(place, errors: [message(step, failure)])
                     completion()
                 }
             }
@@ -460,26 +460,30 @@ final class FileCopy: @unchecked Sendable {
         }
         let descriptors = [sourceFD, destinationFD].filter { $0 >= 0 }
         guard !descriptors.isEmpty else {
-            copier.fileEnded(place, error: failure)
+            copier.fileEnded(place, errors: failure.map { [$0] } ?? [])
             return completion()
         }
         // The file's messages wait for both closes: a close can fail (EIO from a network file system's
-        // write-back), which cp reports as `failed to close` after any earlier error's place is taken.
-        let remaining = Locked((count: descriptors.count, failure: failure))
+        // write-back), which cp reports as `failed to close`, the destination's then the source's, after
+        // any earlier error.
+        let remaining = Locked((count: descriptors.count, source: String?.none, destination: String?.none))
         for fd in descriptors {
             engine.close(fd) { [self] result in
-                let ended = remaining.withLock { state -> String?? in
-                    if let error = result.error, state.failure == nil {
-                        let name = fd == destinationFD ? destination : source
-                        state.failure = "failed to close \(name.quoted): \(describe(error))"
+                let ended = remaining.withLock { state -> [String]? in
+                    if let error = result.error {
+                        let isDestination = fd == destinationFD
+                        let text =
+                            "failed to close \((isDestination ? destination : source).quoted): \(describe(error))"
+                        if isDestination { state.destination = text } else { state.source = text }
                     }
                     state.count -= 1
-                    return state.count == 0 ? .some(state.failure) : nil
+                    guard state.count == 0 else { return nil }
+                    return [failure, state.destination, state.source].compactMap { $0 }
                 }
                 // The completion only frees a slot (a semaphore signal and a group leave), so it runs
                 // straight from the last close's completion instead of taking a hop through the queue.
                 if let ended {
-                    copier.fileEnded(place, error: ended)
+                    copier.fileEnded(place, errors: ended)
                     completion()
                 }
             }

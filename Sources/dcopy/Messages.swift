@@ -11,29 +11,25 @@ import Glibc
 ///
 /// A file's copy takes a place when the walk reaches it (``reserve()``), may put its `-v` line there
 /// when it gets as far as cp prints one (``announce(_:line:)``), and fills it once, when it ends
-/// (``fill(_:line:error:)``), with its error if it failed; the walker's own messages take a place and fill
+/// (``fill(_:line:errors:)``), with its errors if it failed; the walker's own messages take a place and fill
 /// it at once (``post(line:error:)``). A place's messages are printed once every place before it is
 /// filled (a `-v` line of the first unfilled place at once, as cp prints it before copying), on a serial
 /// queue of their own, so a copy that ends on the ring thread never waits for a terminal or a pipe;
-/// ``flush()`` waits for them all.
+/// ``flush()`` waits for them all. The progress bar is drawn on the same queue (``onPrinter(_:)``), so
+/// never in the middle of a batch of messages.
 ///
-/// The walk stays at most ``ahead`` places ahead of what is printed: a slow first file, or a standard
-/// output nobody reads (`dcopy -rv tree dst | less`), makes it wait, as cp would wait, instead of holding
-/// the messages of a whole tree in memory.
+/// At most ``ahead`` messages wait to be written: behind a copy that cannot end (a FIFO without a writer)
+/// or a standard output nobody reads (`dcopy -rv tree dst | less`), the walk waits in ``reserve()``, as
+/// cp would wait, instead of holding a whole tree's lines in memory. Places without messages (no `-v`, no
+/// error) cost a bit each and never hold the walk back: the small files behind a large one go on copying.
 final class Messages: @unchecked Sendable {
     private enum Message {
         case output(String)
         case error(String)
     }
 
-    /// A place's messages not yet handed to the printer, and whether its copy has ended.
-    private struct Place {
-        var messages: [Message] = []
-        var filled = false
-    }
-
-    /// Places the walk may take beyond the last one printed. Each holds at most a `-v` line and an error,
-    /// a few hundred bytes with common paths.
+    /// Messages written or waiting beyond which the walker waits: each is a `-v` line or an error, a few
+    /// hundred bytes with common paths.
     static let ahead = 2048
 
     private let lock = Lock()
@@ -41,13 +37,15 @@ final class Messages: @unchecked Sendable {
     private var nextPlace = 0
     /// The first place not yet handed to the printer whole.
     private var head = 0
-    /// Places announced or filled while one before them was not filled.
-    private var waiting: [Int: Place] = [:]
+    /// Messages of places at or past `head`, not yet handed to the printer.
+    private var waiting: [Int: [Message]] = [:]
+    /// Which places at or past `head` are filled.
+    private var filled = PlaceSet()
     /// Messages in order, for the printer.
     private var outbox: [Message] = []
     private var printing = false
-    /// Every place before this one has its messages written (or had none).
-    private var printed = 0
+    /// Messages made and not yet written.
+    private var unwritten = 0
     /// The walker waits in ``reserve()`` for `room`.
     private var walkerWaits = false
     private let room = WorkSemaphore(value: 0)
@@ -66,12 +64,12 @@ final class Messages: @unchecked Sendable {
         beforeMessages = clearingProgress ? "\r\u{1B}[K" : nil
     }
 
-    /// Takes the next place in the order; on the walker's thread alone, which it may hold until the printer
-    /// has caught up to within ``ahead`` places. The places before it are filled by copies that run on
-    /// without the walker, so the wait ends.
+    /// Takes the next place in the order; on the walker's thread alone, which waits while ``ahead``
+    /// messages are unwritten. Each of them is written once the places before it are filled, by copies
+    /// that run on without the walker, so the wait ends.
     func reserve() -> Int {
         let mustWait = lock.withLock { () -> Bool in
-            walkerWaits = nextPlace - printed >= Self.ahead
+            walkerWaits = unwritten >= Self.ahead
             return walkerWaits
         }
         if mustWait { room.wait() }
@@ -84,87 +82,75 @@ final class Messages: @unchecked Sendable {
     /// Puts a copy's `-v` line (without its newline) in `place` before the copy ends: it is printed as soon
     /// as every place before it is filled. At most once per place, before it is filled.
     func announce(_ place: Int, line: String) {
-        update(place) { entry in
-            precondition(!entry.filled, "dcopy: message place \(place) announced after it was filled")
-            entry.messages.append(.output(line + "\n"))
-        }
+        update(place, [.output(line + "\n")], fills: false)
     }
 
-    /// Fills `place` with a `-v` line (without its newline) and an error (without `dcopy: ` and its
-    /// newline), either or both nil. Each place is filled exactly once.
-    func fill(_ place: Int, line: String?, error: String?) {
-        update(place) { entry in
-            precondition(!entry.filled, "dcopy: message place \(place) filled twice")
-            if let line { entry.messages.append(.output(line + "\n")) }
-            if let error { entry.messages.append(.error("dcopy: \(error)\n")) }
-            entry.filled = true
-        }
+    /// Fills `place` with a `-v` line (without its newline) and errors (without `dcopy: ` and newline),
+    /// any of them absent. Each place is filled exactly once.
+    func fill(_ place: Int, line: String?, errors: [String]) {
+        var messages: [Message] = []
+        if let line { messages.append(.output(line + "\n")) }
+        messages += errors.map { .error("dcopy: \($0)\n") }
+        update(place, messages, fills: true)
     }
 
-    /// Changes `place` and hands the printer whatever is now in order.
-    private func update(_ place: Int, _ change: (inout Place) -> Void) {
-        let (startPrinter, wakeWalker) = lock.withLock { () -> (Bool, Bool) in
+    /// Adds `messages` to `place`, and fills it if `fills`; hands the printer whatever is now in order.
+    private func update(_ place: Int, _ messages: [Message], fills: Bool) {
+        let startPrinter = lock.withLock { () -> Bool in
             precondition(place >= head && place < nextPlace, "dcopy: message place \(place) is not open")
-            change(&waiting[place, default: Place()])
-            while var entry = waiting[head] {
-                outbox += entry.messages
-                if !entry.filled {
-                    entry.messages = []
-                    waiting[head] = entry
-                    break
-                }
-                waiting[head] = nil
+            precondition(!filled.contains(place), "dcopy: message place \(place) filled twice")
+            unwritten += messages.count
+            if !messages.isEmpty { waiting[place, default: []] += messages }
+            if fills { filled.insert(place) }
+            while filled.contains(head) {
+                if let ready = waiting.removeValue(forKey: head) { outbox += ready }
                 head += 1
+                filled.dropBelow(head)
             }
-            if printing { return (false, false) }
-            if !outbox.isEmpty {
-                printing = true
-                return (true, false)
-            }
-            // Nothing to print (no -v, no error): the places are done as they are handed over.
-            printed = head
-            return (false, walkerMayGoOn())
+            // The first unfilled place's `-v` line goes out before its copy ends.
+            if let early = waiting.removeValue(forKey: head) { outbox += early }
+            guard !printing, !outbox.isEmpty else { return false }
+            printing = true
+            return true
         }
         if startPrinter { printer.async { [self] in print() } }
-        if wakeWalker { room.signal() }
-    }
-
-    /// Whether the walker waits and may go on now; under the lock. Half way down before it goes on, so
-    /// that it does not wake for every place.
-    private func walkerMayGoOn() -> Bool {
-        guard walkerWaits && nextPlace - printed <= Self.ahead / 2 else { return false }
-        walkerWaits = false
-        return true
     }
 
     /// Takes a place and fills it.
     func post(line: String? = nil, error: String? = nil) {
-        fill(reserve(), line: line, error: error)
+        fill(reserve(), line: line, errors: error.map { [$0] } ?? [])
     }
 
-    /// Waits until every message of the places filled so far is printed; returns the first `-v` line's
-    /// write error.
-    func flush() -> Errno? {
-        printer.sync { outputFailure }
+    /// Runs `body` on the printer's queue, between batches of messages.
+    func onPrinter(_ body: @escaping @Sendable () -> Void) {
+        printer.async(execute: body)
+    }
+
+    /// Waits until every message of the places filled so far is printed, then runs `last` on the printer's
+    /// queue; returns the first `-v` line's write error.
+    func flush(then last: () -> Void = {}) -> Errno? {
+        printer.sync {
+            last()
+            return outputFailure
+        }
     }
 
     /// Prints the outbox until it is empty; on the printer queue.
     private func print() {
-        // Where the batch being written ends: every place before it is printed once it is written.
-        var batchEnd: Int?
+        var written = 0
         while true {
             let (batch, wakeWalker) = lock.withLock { () -> ([Message], Bool) in
                 defer { outbox.removeAll() }
-                if let batchEnd { printed = batchEnd }
-                batchEnd = head
-                if outbox.isEmpty {
-                    printing = false
-                    printed = head
-                }
-                return (outbox, walkerMayGoOn())
+                unwritten -= written
+                if outbox.isEmpty { printing = false }
+                // Half way down before the walker goes on, so that it does not wake for every message.
+                let wake = walkerWaits && unwritten <= Self.ahead / 2
+                if wake { walkerWaits = false }
+                return (outbox, wake)
             }
             if wakeWalker { room.signal() }
             if batch.isEmpty { return }
+            written = batch.count
             if let beforeMessages { printError(beforeMessages) }
             for message in batch {
                 switch message {
@@ -175,6 +161,41 @@ final class Messages: @unchecked Sendable {
                     printError(text)
                 }
             }
+        }
+    }
+}
+
+/// A set of places at or past a moving start, one bit each: the filled places ahead of the first unfilled
+/// one, which a slow first file can make millions.
+struct PlaceSet {
+    private var words: [UInt64] = []
+    /// The place of bit 0 of `words[first]`; a multiple of 64.
+    private var base = 0
+    private var first = 0
+
+    func contains(_ place: Int) -> Bool {
+        guard place >= base else { return false }
+        let word = first + (place - base) >> 6
+        return word < words.count && words[word] & (1 << UInt64((place - base) & 63)) != 0
+    }
+
+    mutating func insert(_ place: Int) {
+        precondition(place >= base, "PlaceSet: place \(place) below its start")
+        let word = first + (place - base) >> 6
+        if word >= words.count { words += repeatElement(0, count: word - words.count + 1) }
+        words[word] |= 1 << UInt64((place - base) & 63)
+    }
+
+    /// Forgets the places below `start` (none of them is asked about again).
+    mutating func dropBelow(_ start: Int) {
+        while start - base >= 64 && first < words.count {
+            first += 1
+            base += 64
+        }
+        // Compacted once half the array is dropped words: amortised constant time per place.
+        if first > 0 && first * 2 >= words.count {
+            words.removeFirst(first)
+            first = 0
         }
     }
 }

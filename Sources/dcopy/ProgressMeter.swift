@@ -19,6 +19,13 @@ final class ProgressMeter: @unchecked Sendable {
     var total: Int64 = 0
     private let state = Locked<(copied: Int64, running: Bool)>((0, false))
     private var began = ContinuousClock.now
+    /// Runs a drawing where it cannot fall between two messages (dcopy's message printer).
+    private let drawing: @Sendable (@escaping @Sendable () -> Void) -> Void
+
+    /// `drawing` runs each redraw (and ``finish()`` must be called there too).
+    init(drawing: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void) {
+        self.drawing = drawing
+    }
 
     func start() {
         began = .now
@@ -31,7 +38,7 @@ final class ProgressMeter: @unchecked Sendable {
     }
 
     /// Draws the final state and ends the line; nothing when the bar was never started (a command line
-    /// refused before copying).
+    /// refused before copying). Where the redraws run, so that none comes after it.
     func finish() {
         let wasRunning = state.withLock { state in
             defer { state.running = false }
@@ -42,9 +49,11 @@ final class ProgressMeter: @unchecked Sendable {
 
     private func schedule() {
         WorkQueue.global().asyncAfter(deadline: .now + Self.interval) { [self] in
-            guard state.withLock({ $0.running }) else { return }
-            draw(final: false)
-            schedule()
+            drawing { [self] in
+                guard state.withLock({ $0.running }) else { return }
+                draw(final: false)
+                schedule()
+            }
         }
     }
 
