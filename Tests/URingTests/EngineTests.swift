@@ -230,22 +230,16 @@ struct EngineTests {
         let fifo = dir.file("fifo")
         try #require(mkfifo(fifo, 0o600) == 0)
         try await withEngine(kind) { engine in
-            let opened = Locked<IOCompletion?>(nil)
-            let signal = PosixSemaphore()
-            engine.openat(path: FilePath(fifo), flags: O_RDONLY) { result in
-                opened.withLock { $0 = result }
-                signal.post()
-            }
+            let open = Pending { engine.openat(path: FilePath(fifo), flags: O_RDONLY, then: $0) }
             // No writer yet: the open must still be waiting. A wrong one completes at once; half a second
             // is its chance to show it (a right one cannot complete here, however slow the machine).
-            #expect(!signal.wait(for: .milliseconds(500)))
-            #expect(opened.withLock { $0 } == nil)
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(!open.isDone)
             // Blocks until a reader has the FIFO open: the engine's waiting open.
-            let writer = open(fifo, O_WRONLY | O_CLOEXEC)
+            let writer = Glibc.open(fifo, O_WRONLY | O_CLOEXEC)
             try #require(writer >= 0)
             defer { close(writer) }
-            #expect(signal.wait(for: .seconds(30)))
-            let result = try #require(opened.withLock { $0 })
+            let result = await open.value
             #expect(result.error == nil)
             let reader = CInt(result.result)
             defer { close(reader) }

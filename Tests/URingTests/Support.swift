@@ -232,31 +232,3 @@ final class Pending: @unchecked Sendable {
     /// Whether it has completed (without waiting).
     var isDone: Bool { lock.withLock { result != nil } }
 }
-
-/// A POSIX semaphore a callback on another thread can post, for waits with a limit.
-final class PosixSemaphore: @unchecked Sendable {
-    private let semaphore = UnsafeMutablePointer<sem_t>.allocate(capacity: 1)
-
-    init() { sem_init(semaphore, 0, 0) }
-
-    deinit {
-        sem_destroy(semaphore)
-        semaphore.deallocate()
-    }
-
-    func post() { sem_post(semaphore) }
-
-    /// Whether a post came within `limit`.
-    func wait(for limit: Duration) -> Bool {
-        var deadline = timespec()
-        clock_gettime(CLOCK_REALTIME, &deadline)
-        let (seconds, attoseconds) = limit.components
-        let nanoseconds = Int(deadline.tv_nsec) + Int(attoseconds / 1_000_000_000)
-        deadline.tv_sec += Int(seconds) + nanoseconds / 1_000_000_000
-        deadline.tv_nsec = nanoseconds % 1_000_000_000
-        while sem_timedwait(semaphore, &deadline) != 0 {
-            if errno != EINTR { return false }
-        }
-        return true
-    }
-}
