@@ -58,6 +58,17 @@ static inline void curing_prep_futex_wait(struct io_uring_sqe *sqe, uint32_t *wo
     sqe->addr3 = 0xffffffffu;
 }
 
+// IORING_OP_FIXED_FD_INSTALL (Linux 6.8): a registered (direct) descriptor given an ordinary descriptor in
+// the process's table, with O_CLOEXEC (install_fd_flags 0, in the union of rw_flags). liburing 2.3 predates
+// it, so the SQE is filled here as its later io_uring_prep_fixed_fd_install does.
+#define CURING_OP_FIXED_FD_INSTALL 54
+
+static inline void curing_prep_fixed_fd_install(struct io_uring_sqe *sqe, unsigned slot) {
+    io_uring_prep_rw(CURING_OP_FIXED_FD_INSTALL, sqe, (int)slot, NULL, 0, 0);
+    sqe->flags = IOSQE_FIXED_FILE;
+    sqe->rw_flags = 0;
+}
+
 static inline uint32_t curing_futex_load(uint32_t *word) {
     return __atomic_load_n(word, __ATOMIC_SEQ_CST);
 }

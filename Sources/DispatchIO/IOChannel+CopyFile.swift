@@ -28,6 +28,8 @@ extension IOChannel {
     ///   - size: The source's size from its `statx`, 1 through ``smallFileLimit``. A source that no longer
     ///     has this size is reported as `.incomplete`, and one the engine could not take as `.notStarted`:
     ///     both must be copied again through channels.
+    ///   - keepOpen: Leave both files open when the copy succeeds (`.copiedOpen`), for the caller to set
+    ///     their metadata and close; where the engine cannot, the copy is `.notStarted`.
     ///   - handler: Runs exactly once, on an engine thread, so it must be short and must not block; it
     ///     receives how the copy ended.
     package static func copySmallFile(
@@ -38,6 +40,7 @@ extension IOChannel {
         flags: CInt,
         permissions: FilePermissions,
         size: Int,
+        keepOpen: Bool = false,
         engine: IOEngine = .shared,
         then handler: @escaping @Sendable (FileCopyOutcome) -> Void
     ) {
@@ -49,6 +52,7 @@ extension IOChannel {
             flags: flags,
             permissions: permissions,
             length: size,
+            keepOpen: keepOpen,
             then: handler
         )
     }

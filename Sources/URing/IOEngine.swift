@@ -408,6 +408,10 @@ package final class IOEngine: Sendable {
     ///   - flags: How to open the destination, for example `O_WRONLY | O_CREAT | O_EXCL`. `O_CLOEXEC` is
     ///     added to ordinary descriptors, and left out of registered ones (which refuse it).
     ///   - length: Bytes to copy, 1 through ``wholeFileCopyLimit``.
+    ///   - keepOpen: Leave both files open when the copy succeeds (``FileCopyOutcome/copiedOpen(source:destination:)``),
+    ///     for the caller to finish (`fchown`, `fchmod`, `futimens`) and close. On io_uring the chain then
+    ///     turns its registered descriptors into ordinary ones (Linux 6.8); an older kernel's engine answers
+    ///     ``FileCopyOutcome/notStarted`` at once.
     package func copyFile(
         from source: FilePath,
         in sourceDirectory: CInt = AT_FDCWD,
@@ -416,6 +420,7 @@ package final class IOEngine: Sendable {
         flags: CInt,
         permissions: FilePermissions,
         length: Int,
+        keepOpen: Bool = false,
         then handler: @escaping @Sendable (FileCopyOutcome) -> Void
     ) {
         precondition(
@@ -429,8 +434,10 @@ package final class IOEngine: Sendable {
             destinationDirectory: destinationDirectory,
             flags: flags,
             mode: permissions.rawValue,
-            length: length
+            length: length,
+            keepsOpen: keepOpen
         )
+        if keepOpen && backend.linkedCopies && !backend.linkedCopiesKeepOpen { return handler(.notStarted) }
         if backend.linkedCopies {
             // An error here is the engine's own (shut down, or drained before the chain was submitted).
             _ = backend.submit(.linkedCopy(copy), keepAlive: nil) { completion in
@@ -460,6 +467,9 @@ package enum FileCopyStep: Sendable, Equatable {
 package enum FileCopyOutcome: Sendable, Equatable {
     /// The source held exactly the bytes asked for; they are in the destination, and both are closed.
     case copied
+    /// As ``copied``, with both files left open on these descriptors (`O_CLOEXEC`), which the caller
+    /// closes; only when the copy was asked to keep them open.
+    case copiedOpen(source: CInt, destination: CInt)
     /// A transfer came back short: the source does not hold exactly the bytes asked for any more (it
     /// shrank or grew since its size was taken), or the destination took fewer; or the kernel cannot
     /// splice between these two files (`EINVAL`: a directory, a device), where plain reads and writes
@@ -554,6 +564,9 @@ private final class StepwiseCopy: @unchecked Sendable {
     }
 
     private func closeSource() {
+        if copy.keepsOpen && outcome == .copied {
+            return handler(.copiedOpen(source: sourceFD, destination: destinationFD))
+        }
         engine.close(sourceFD) { [self] _ in
             guard destinationFD >= 0 else { return handler(outcome) }
             engine.close(destinationFD) { [self] closed in

@@ -93,6 +93,47 @@ struct CopyFileTests {
         }
     }
 
+    /// Kept open (dcopy -p: `fchown`, `fchmod` and `futimens` need the files), a copy ends with both files
+    /// on ordinary descriptors: the chain installs its registered ones (Linux 6.8), the separate steps do
+    /// not close theirs. A copy that did not end so leaves no descriptor behind (the suite checks).
+    @Test(arguments: EngineKind.allCases)
+    func aCopyKeptOpenEndsWithBothDescriptors(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let bytes = (0..<5000).map { UInt8(truncatingIfNeeded: $0 &* 13) }
+        writeFile(dir.file("src"), bytes)
+        try await withEngine(kind) { engine in
+            let outcome = await copy(engine, dir.file("src"), dir.file("dst"), length: bytes.count, keepOpen: true)
+            // Linked copies (5.19) that cannot install descriptors (before 6.8) leave it to the channels.
+            if kind == .uring && kernelIsAtLeast(5, 19) && !kernelIsAtLeast(6, 8) {
+                #expect(outcome == .notStarted)
+                return
+            }
+            guard case .copiedOpen(let source, let destination) = outcome else {
+                Issue.record("outcome \(outcome)")
+                return
+            }
+            defer {
+                close(source)
+                close(destination)
+            }
+            expectContent(dir.file("dst"), bytes)
+            for fd in [source, destination] { #expect(fcntl(fd, F_GETFD) & FD_CLOEXEC != 0) }
+            // The very files: the source's descriptor reads it, the destination's sets its mode.
+            var first: UInt8 = 0xFF
+            #expect(pread(source, &first, 1, 1) == 1 && first == bytes[1])
+            #expect(fchmod(destination, 0o600) == 0)
+            var status = stat()
+            stat(dir.file("dst"), &status)
+            #expect(status.st_mode & 0o777 == 0o600)
+            #expect(engine.copyLanesInUse == 0)
+            // A source that is longer than asked: not copied whole, and nothing left open.
+            let grown = await copy(engine, dir.file("src"), dir.file("dst2"), length: 100, keepOpen: true)
+            #expect(grown == .incomplete)
+            try await waitForSlots(engine)
+        }
+    }
+
     @Test(arguments: EngineKind.allCases)
     func aMissingSourceCreatesNothing(kind: EngineKind) async throws {
         let dir = TemporaryDirectory()
@@ -281,7 +322,8 @@ private func copy(
     _ destination: String,
     length: Int,
     mode: CModeT = 0o644,
-    flags: CInt = O_WRONLY | O_CREAT | O_EXCL
+    flags: CInt = O_WRONLY | O_CREAT | O_EXCL,
+    keepOpen: Bool = false
 ) async -> FileCopyOutcome {
     await awaitCallback(orElse: .failed(.openSource, .timedOut)) { deliver in
         engine.copyFile(
@@ -289,7 +331,8 @@ private func copy(
             to: FilePath(destination),
             flags: flags,
             permissions: FilePermissions(rawValue: mode),
-            length: length
+            length: length,
+            keepOpen: keepOpen
         ) { deliver($0) }
     }
 }

@@ -137,6 +137,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     // MARK: Submission
 
     var linkedCopies: Bool { false }
+    var linkedCopiesKeepOpen: Bool { false }
 
     func submit(_ op: Op, offload: Bool, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID {
         let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue

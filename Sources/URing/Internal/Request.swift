@@ -29,6 +29,8 @@ protocol EngineBackend: Sendable {
     func shutdown()
     /// Whether ``Op/linkedCopy(_:)`` can be submitted.
     var linkedCopies: Bool { get }
+    /// Whether a linked copy can leave its files open (``LinkedCopy/keepsOpen``).
+    var linkedCopiesKeepOpen: Bool { get }
     var ownDescriptorCount: Int { get }
 }
 
@@ -192,8 +194,16 @@ final class LinkedCopy: @unchecked Sendable {
     let flags: CInt
     let mode: mode_t
     let length: Int
+    /// Both files are left open on ordinary descriptors for the caller (`-p` needs them for `fchown`,
+    /// `fchmod`, `futimens` and the ACL), instead of closed.
+    let keepsOpen: Bool
 
     // Touched by the ring thread only, until the handler reads `outcome`.
+    /// The ordinary descriptors the chain installed (`keepsOpen`): a descriptor or `-errno`, and whether
+    /// each has come.
+    var installedSource: Int32 = 0
+    var installedDestination: Int32 = 0
+    var installsDone = 0
     /// The lane of registered-descriptor slots the copy runs in.
     var lane: UInt32 = 0
     /// The one-byte read past the end, and whether its completion and the last close's have come.
@@ -211,8 +221,10 @@ final class LinkedCopy: @unchecked Sendable {
         destinationDirectory: CInt,
         flags: CInt,
         mode: mode_t,
-        length: Int
+        length: Int,
+        keepsOpen: Bool = false
     ) {
+        self.keepsOpen = keepsOpen
         self.source = source
         self.sourceDirectory = sourceDirectory
         self.destination = destination

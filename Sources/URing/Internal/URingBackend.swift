@@ -91,6 +91,9 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
 
     /// Whether the kernel took the registered-descriptor table that linked copies use.
     let linkedCopies: Bool
+    /// Whether a linked copy can end by giving its files ordinary descriptors (`IORING_OP_FIXED_FD_INSTALL`,
+    /// Linux 6.8) instead of closing them.
+    private(set) var linkedCopiesKeepOpen = false
 
     /// The flag sets tried in order: the newest first (one issuer; the kernel's task work waits for this
     /// thread's next system call instead of interrupting it), then plainer ones for older kernels.
@@ -161,11 +164,13 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             )
         }
         var futexWake = false
+        var fixedInstall = false
         if let probe = io_uring_get_probe_ring(ring) {
             defer { io_uring_free_probe(probe) }
             // 6.8: a futex wait that ended at once (EAGAIN, which this wake-up meets often) was not cleaned up
             // properly before ("io_uring/futex: ensure io_futex_wait() cleans up properly on failure").
             futexWake = io_uring_opcode_supported(probe, CURING_OP_FUTEX_WAIT) != 0 && kernelAtLeast(6, 8)
+            fixedInstall = io_uring_opcode_supported(probe, CURING_OP_FIXED_FD_INSTALL) != 0
             let missing = Self.requiredOpcodes.filter { io_uring_opcode_supported(probe, $0.0) == 0 }.map(\.1)
             if !missing.isEmpty {
                 io_uring_queue_exit(ring)
@@ -185,6 +190,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         linkedCopies =
             features & linkable == linkable && laneCount > 0
             && io_uring_register_files_sparse(ring, laneCount * 4) == 0
+        linkedCopiesKeepOpen = linkedCopies && fixedInstall
         if linkedCopies {
             freeLanes = Array((0..<largeLaneCount).reversed())
             freeSmallLanes = Array((largeLaneCount..<laneCount).reversed())
@@ -562,7 +568,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         }
         inFlight[request.id] = request
         // The whole chain must reach the kernel in one submission: a chain cut in two is two chains.
-        while io_uring_sq_space_left(ring) < 7 {
+        while io_uring_sq_space_left(ring) < 9 {
             let rc = io_uring_submit(ring)
             if rc == -EBUSY || rc == -EAGAIN {
                 reapAll?()
@@ -602,7 +608,11 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             io_uring_prep_splice($0, pipeRead, -1, CInt(destination), 0, length, fixedInput)
         }
         add(5, hardLink | fixed) { io_uring_prep_read($0, CInt(source), copy.probe, 1, UInt64(copy.length)) }
+        // Kept open: each file gets an ordinary descriptor before its slot is closed (the descriptor holds
+        // the file; closing the slot only drops the table's reference).
+        if copy.keepsOpen { add(8, hardLink) { curing_prep_fixed_fd_install($0, source) } }
         add(6, hardLink | skip) { io_uring_prep_close_direct($0, source) }
+        if copy.keepsOpen { add(9, hardLink) { curing_prep_fixed_fd_install($0, destination) } }
         add(7, 0) { io_uring_prep_close_direct($0, destination) }
     }
 
@@ -669,17 +679,29 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         case 7:
             copy.closeResult = res
             copy.closeDone = true
+        case 8, 9:
+            if step == 8 { copy.installedSource = res } else { copy.installedDestination = res }
+            copy.installsDone += 1
         default:
             // The source's close failed; nothing is lost, and the chain goes on to the destination's.
             return
         }
-        guard copy.probeDone && copy.closeDone else { return }
+        guard copy.probeDone && copy.closeDone && copy.installsDone == (copy.keepsOpen ? 2 : 0) else { return }
         if copy.probeResult < 0 {
             copy.outcome = .failed(.read, error(copy.probeResult))
-        } else if copy.closeResult < 0 {
+        } else if copy.closeResult < 0 && !copy.keepsOpen {
+            // (Kept open, the slot's close only dropped the table's reference: nothing was flushed.)
             copy.outcome = .failed(.closeDestination, error(copy.closeResult))
-        } else if copy.probeResult > 0 {
+        } else if copy.probeResult > 0 || copy.installedSource < 0 || copy.installedDestination < 0 {
+            // A descriptor that could not be installed (EMFILE): the ordinary path reports it.
             copy.outcome = .incomplete
+        }
+        if copy.keepsOpen {
+            if copy.outcome == .copied {
+                copy.outcome = .copiedOpen(source: copy.installedSource, destination: copy.installedDestination)
+            } else {
+                for fd in [copy.installedSource, copy.installedDestination] where fd >= 0 { Glibc.close(fd) }
+            }
         }
         freeLane(copy.lane)
         finish(request, IOCompletion(result: 0))
