@@ -168,11 +168,11 @@ final class FileCopy: @unchecked Sendable {
     // MARK: Small files
 
     /// Whether the file goes whole through one linked submission instead of two channels: a small
-    /// regular file without holes, a destination to create, and no `-p` (which needs the open
-    /// destination for `fchown`, `fchmod` and `futimens`).
+    /// regular file without holes and a destination to create. With `-p` the submission leaves both files
+    /// open for `fchown`, the ACL, `fchmod` and `futimens` (where the engine cannot, it does not start).
     private func copiesWhole(_ info: FileStatus) -> Bool {
         info.isRegularFile && info.size > 0 && info.size <= IOChannel.smallFileLimit
-            && Int64(info.blocks) * 512 >= info.size && !copier.options.preserve
+            && Int64(info.blocks) * 512 >= info.size
     }
 
     /// Copies a small file in one submission; the steps and the messages are the channel path's.
@@ -186,13 +186,24 @@ final class FileCopy: @unchecked Sendable {
             in: destinationDirectory,
             flags: O_WRONLY | O_CREAT | O_EXCL,
             permissions: FilePermissions(rawValue: CModeT(info.mode & 0o777)),
-            size: Int(info.size)
+            size: Int(info.size),
+            keepOpen: copier.options.preserve
         ) { [self] outcome in
             switch outcome {
             case .copied:
                 copier.meter?.add(Int(info.size))
                 copier.fileEnded(place, errors: [])
                 completion()
+            case .copiedOpen(let sourceFD, let destinationFD):
+                copier.meter?.add(Int(info.size))
+                lock.withLock {
+                    self.sourceFD = sourceFD
+                    self.destinationFD = destinationFD
+                    createdDestination = true
+                }
+                // The -p metadata and the closes, as after a copy through channels; on the queue, since
+                // `fchown` and the rest are system calls that can block, and this runs on the ring thread.
+                queue.async { [self] in finish() }
             case .notStarted:
                 openSource(info, existed: false)
             case .incomplete:
