@@ -146,8 +146,8 @@ bench "dcopy -r 10,000 x 4 KiB (vs cp -r)" "<= 1.00" "$clean" \
     "cp -r $work/small $dst" "$dcopy -r $work/small $dst"
 bench "dcopy -r 1,000 x 1 MiB (vs cp -r)" "<= 0.85" "$clean" \
     "cp -r $work/mid $dst" "$dcopy -r $work/mid $dst"
-# Not a target of the issue, but -p is one of its options: with -p a small file goes through two channels
-# (the linked one-submission copy closes the destination before fchown, fchmod and futimens could run).
+# Not a target of the issue, but -p is one of its options: a small file's one-submission copy then keeps
+# both files open for fchown, fchmod and futimens (Linux 6.8), which cost a hop to a queue and the closes.
 bench "dcopy -rp 10,000 x 4 KiB (vs cp -rp)" "-" "$clean" \
     "cp -rp $work/small $dst" "$dcopy -rp $work/small $dst"
 bench "pipe: cat big into dcat (vs into cat)" "<= 1.00" true \
