@@ -437,7 +437,11 @@ package final class IOEngine: Sendable {
             length: length,
             keepsOpen: keepOpen
         )
-        if keepOpen && backend.linkedCopies && !backend.linkedCopiesKeepOpen { return handler(.notStarted) }
+        if keepOpen && backend.linkedCopies && !backend.linkedCopiesKeepOpen {
+            // On an engine thread, as every other outcome.
+            _ = backend.submit(.nop, keepAlive: nil) { _ in handler(.notStarted) }
+            return
+        }
         if backend.linkedCopies {
             // An error here is the engine's own (shut down, or drained before the chain was submitted).
             _ = backend.submit(.linkedCopy(copy), keepAlive: nil) { completion in

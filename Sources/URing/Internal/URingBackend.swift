@@ -23,7 +23,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     /// `user_data` of the engine's own requests.
     private static let wakeID: UInt64 = 0
     private static let cancelAllID: UInt64 = .max
-    /// A linked copy's requests carry its request's ID with the step (1...7) in the top byte; the closes
+    /// A linked copy's requests carry its request's ID with the step (1...9) in the top byte; the closes
     /// that free a failed copy's slots carry this tag there and the lane below.
     private static let stepShift: UInt64 = 56
     private static let idMask: UInt64 = (1 << 56) - 1
@@ -539,7 +539,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
 
     // MARK: Linked copies
 
-    /// Queues the seven linked requests of a whole-file copy, or parks the copy until a lane is free.
+    /// Queues the seven linked requests of a whole-file copy (nine when it keeps its files open), or parks
+    /// the copy until a lane is free.
     ///
     /// The bytes go from the source's page cache into the lane's pipe by reference, and from the pipe
     /// into the destination with one copy (`splice`), as cp's `copy_file_range` does; a read and a write
@@ -547,9 +548,9 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     /// when it succeeds; a step that fails posts its own completion and cancels the rest of the chain
     /// without posting theirs (the kernel skips a failed chain's completions when the failing request
     /// asked to skip its own). So a copy ends with either one completion from steps 1–4, or with both the
-    /// probe's and the last close's. The probe and the first close are hard links: the probe "fails"
-    /// whenever it finds the end of the file (0 bytes where 1 was asked), and the closes must run after it
-    /// either way.
+    /// probe's and the last close's (and, kept open, both installs'). The probe, the installs and the first
+    /// close are hard links: the probe "fails" whenever it finds the end of the file (0 bytes where 1 was
+    /// asked), and the rest must run after it either way.
     private func prepareCopy(_ request: Request, _ copy: LinkedCopy) {
         guard let lane = takeLane(for: copy.length) else { return copiesWaiting.append(request) }
         copy.lane = lane
