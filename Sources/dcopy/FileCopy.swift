@@ -199,7 +199,6 @@ final class FileCopy: @unchecked Sendable {
                 lock.withLock {
                     self.sourceFD = sourceFD
                     self.destinationFD = destinationFD
-                    createdDestination = true
                 }
                 // The -p metadata and the closes, as after a copy through channels; on the queue, since
                 // `fchown` and the rest are system calls that can block, and this runs on the ring thread.
