@@ -70,6 +70,10 @@ package struct FileStatus: Sendable, Equatable {
     package var isDirectory: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFDIR) }
     package var isRegularFile: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFREG) }
     package var isSymbolicLink: Bool { mode & UInt32(S_IFMT) == UInt32(S_IFLNK) }
+    /// Whether `other` is this file (the same device and inode), whatever names led to the two.
+    package func isSameFile(as other: FileStatus) -> Bool {
+        inode == other.inode && deviceMajor == other.deviceMajor && deviceMinor == other.deviceMinor
+    }
 
     package static func == (a: FileStatus, b: FileStatus) -> Bool {
         a.size == b.size && a.mode == b.mode && a.uid == b.uid && a.gid == b.gid && a.linkCount == b.linkCount

@@ -223,6 +223,12 @@ struct FileLocation: Sendable {
     static let paths = FileLocation(directories: nil, name: "")
 }
 
+/// cp's refusal to copy a file onto itself: the destination is the source by another name (a hard link,
+/// a symbolic link, the same path), and truncating it would destroy the source.
+func sameFileRefusal(_ source: PathName, _ destination: PathName) -> String {
+    "\(source.quoted) and \(destination.quoted) are the same file"
+}
+
 /// A file by device and inode.
 struct FileID: Hashable {
     let device: dev_t
@@ -510,10 +516,8 @@ final class Copier: @unchecked Sendable {
         // A directory copied onto itself (`dcopy -r s/sub s`) is the same file to cp before it is a copy
         // into itself.
         var target = stat()
-        if topLevel && stat(destination.cString, &target) == 0 && target.st_dev == info.st_dev
-            && target.st_ino == info.st_ino
-        {
-            fail("\(source.quoted) and \(destination.quoted) are the same file")
+        if topLevel && stat(destination.cString, &target) == 0 && FileID(target) == FileID(info) {
+            fail(sameFileRefusal(source, destination))
             return
         }
         if topLevel, let message = Self.intoItself(source, destination) {
@@ -630,8 +634,8 @@ final class Copier: @unchecked Sendable {
             errno = EEXIST
             return false
         }
-        if existing.st_dev == info.st_dev && existing.st_ino == info.st_ino {
-            fail("\(source.quoted) and \(destination.quoted) are the same file")
+        if FileID(existing) == FileID(info) {
+            fail(sameFileRefusal(source, destination))
             return nil
         }
         if existing.st_mode & S_IFMT == S_IFDIR {

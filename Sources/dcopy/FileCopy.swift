@@ -126,12 +126,9 @@ final class FileCopy: @unchecked Sendable {
     private func open() {
         let (info, existing, failure) = lock.withLock { (sourceInfo, destinationInfo, error) }
         guard let info, failure == nil else { return queue.async { [self] in end() } }
-        if case .success(let other) = existing, other.inode == info.inode,
-            other.deviceMajor == info.deviceMajor, other.deviceMinor == info.deviceMinor
-        {
-            // The same file by another name (a hard link, a symbolic link, the same path): truncating the
-            // destination would destroy the source, so cp refuses before opening anything.
-            lock.withLock { error = "\(source.quoted) and \(destination.quoted) are the same file" }
+        if case .success(let other) = existing, other.isSameFile(as: info) {
+            // cp refuses before opening anything.
+            lock.withLock { error = sameFileRefusal(source, destination) }
             return queue.async { [self] in end() }
         }
         if case .success(let other) = existing, other.isDirectory {
