@@ -867,6 +867,38 @@ struct IOChannelTests {
         channel.close()
     }
 
+    /// B4: the cleanup handler runs only after every final handler has run. Here the read's handler queue
+    /// is held suspended after the channel is closed: the read is over, but its final call has not run.
+    @Test(arguments: EngineKind.allCases)
+    func cleanupWaitsForTheFinalHandlerToRun(kind: EngineKind) async throws {
+        let path = dir.make("f", pattern(1000))
+        defer { dir.cleanup() }
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let order = Locked<[String]>([])
+        let cleaned = Promise<Errno?>()
+        let channel = IOChannel(
+            type: .random,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "cleanup"),
+            engine: Engines.get(kind)
+        ) { error in
+            order.withLock { $0.append("cleanup") }
+            cleaned.fulfil(error)
+        }
+        let handlers = WorkQueue(label: "handlers")
+        handlers.suspend()
+        channel.read(offset: 0, length: 1000, queue: handlers) { done, _, _ in
+            if done { order.withLock { $0.append("final") } }
+        }
+        channel.close()
+        for _ in 0..<5 { await settle(Engines.get(kind)) }
+        #expect(!cleaned.isFulfilled)
+        handlers.resume()
+        _ = await cleaned.get()
+        #expect(order.withLock { $0 } == ["final", "cleanup"])
+    }
+
     // MARK: Convenience (B54–B57)
 
     @Test(arguments: EngineKind.allCases)
@@ -914,6 +946,27 @@ struct IOChannelTests {
         }
         let (badRest, badWriteError) = await badWrite.get()
         #expect(badRest == nil && badWriteError == .badFileDescriptor)  // B54: nil, not the data
+    }
+
+    /// On a concurrent queue the convenience handler (the channel's cleanup) must still see what the
+    /// read delivered: the cleanup waits for the final handler to have run, not merely to be queued (B4).
+    @Test(arguments: EngineKind.allCases)
+    func convenienceReadOnAConcurrentQueueDeliversEverything(kind: EngineKind) async throws {
+        let bytes = pattern(4096)
+        let path = dir.make("f", bytes)
+        defer { dir.cleanup() }
+        for _ in 0..<200 {
+            let fd = openRead(path)
+            defer { try? fd.close() }
+            let whole = Promise<(DispatchDataBuffer, Errno?)>()
+            IOChannel.read(from: fd, maxLength: .max, queue: .global(), engine: Engines.get(kind)) {
+                whole.fulfil(($0, $1))
+            }
+            let (data, error) = await whole.get()
+            #expect(error == nil)
+            #expect(data.count == 4096)  // B57, B4
+            if data.count != 4096 { break }
+        }
     }
 
     @Test(arguments: EngineKind.allCases)

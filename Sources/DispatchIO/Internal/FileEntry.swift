@@ -74,6 +74,11 @@ final class FileEntry: @unchecked Sendable {
     private var barrierRunning = false
     private var channels: [ChannelCore] = []
     private var tornDown = false
+    /// Operations made on this entry's channels whose final handler call has not yet returned: the entry
+    /// is not given up, and no cleanup handler runs, before they have (B4). Queued is not enough: on
+    /// another queue, or on a concurrent one, the cleanup would overtake it (a convenience read's cleanup
+    /// would hand over what the final call had not yet added).
+    private var finalCallsPending = 0
 
     private static let registry = Locked<[CInt: FileEntry]>([:])
 
@@ -191,7 +196,21 @@ final class FileEntry: @unchecked Sendable {
         for action in actions { action() }
     }
 
-    /// An operation has delivered its final handler and its kernel work has drained.
+    /// An operation was made on one of this entry's channels; it ends with ``finalCallReturned()``.
+    func operationCreated() {
+        lock.withLock { finalCallsPending += 1 }
+    }
+
+    /// An operation's final handler call has returned: the entry may be given up now (B4).
+    func finalCallReturned() {
+        let actions = lock.withLock { () -> [() -> Void] in
+            finalCallsPending -= 1
+            return pump()
+        }
+        for action in actions { action() }
+    }
+
+    /// An operation has queued its final handler call and its kernel work has drained.
     func finished(_ operation: IOOperation) {
         let actions = lock.withLock { () -> [() -> Void] in
             running.removeAll { $0 === operation }
@@ -304,7 +323,7 @@ final class FileEntry: @unchecked Sendable {
     /// When every channel is closed and nothing runs or waits, the entry goes: a path's descriptor is
     /// closed first (B43), then every channel's cleanup handler is queued (B4). Lock held.
     private func appendTeardownIfIdle(to actions: inout [() -> Void]) {
-        guard !tornDown, items.isEmpty, running.isEmpty, !barrierRunning, !opening,
+        guard !tornDown, items.isEmpty, running.isEmpty, !barrierRunning, !opening, finalCallsPending == 0,
             !channels.isEmpty, channels.allSatisfy(\.isClosed)
         else { return }
         tornDown = true

@@ -39,6 +39,16 @@ class IOOperation: @unchecked Sendable {
         self.entry = channel.entry
         self.settings = settings
         self.handlerQueue = queue.isSerial ? queue : WorkQueue(label: "io.opq", target: queue)
+        entry.operationCreated()
+    }
+
+    /// Queues the final handler call; once it has returned, the entry may be given up (B4).
+    func deliverFinal(_ call: @escaping @Sendable () -> Void) {
+        let entry = self.entry
+        handlerQueue.async {
+            call()
+            entry.finalCallReturned()
+        }
     }
 
     var isWrite: Bool { false }
@@ -141,7 +151,7 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
             reportedFinished = true
         }
         let handler = self.handler
-        handlerQueue.async { handler(true, nil, error) }
+        deliverFinal { handler(true, nil, error) }
     }
 
     override func start(fd: CInt) {
@@ -338,9 +348,11 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
         let handler = self.handler
         handlerQueue.async { [self] in
             handler(done, data, error)
-            guard count > 0 else { return }
-            lock.withLock { outstanding -= count }
-            progress()
+            if count > 0 {
+                lock.withLock { outstanding -= count }
+                progress()
+            }
+            if done { entry.finalCallReturned() }
         }
     }
 
@@ -414,7 +426,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         }
         if countsInBacklog { WriteBacklog.shared.remove(data.count) }
         let handler = self.handler
-        handlerQueue.async { handler(true, data, error) }
+        deliverFinal { handler(true, data, error) }
     }
 
     override func start(fd: CInt) {
@@ -515,6 +527,10 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
 
     private func deliver(done: Bool, data: DispatchDataBuffer?, error: Errno?) {
         let handler = self.handler
-        handlerQueue.async { handler(done, data, error) }
+        if done {
+            deliverFinal { handler(done, data, error) }
+        } else {
+            handlerQueue.async { handler(done, data, error) }
+        }
     }
 }
