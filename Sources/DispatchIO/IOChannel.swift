@@ -205,7 +205,8 @@ public final class IOChannel: Sendable {
     ///
     /// - Parameters:
     ///   - offset: For a random channel, the position relative to the descriptor's position when the
-    ///     channel was created; ignored by stream channels. Negative offsets fail with `EINVAL`.
+    ///     channel was created; ignored by stream channels. Negative offsets, and offsets that with the
+    ///     starting position pass the largest file position (`Int64.max`), fail with `EINVAL`.
     ///   - length: Bytes to read; `Int.max` reads to end of file. Negative lengths fail with `EINVAL`.
     ///   - queue: Where the handler runs.
     ///   - handler: Receives `done`, the data (which belongs to you from then on), and the error.
@@ -227,7 +228,7 @@ public final class IOChannel: Sendable {
             queue: queue,
             handler: handler
         )
-        submit(operation, invalid: length < 0 || (type == .random && offset < 0))
+        submit(operation, invalid: length < 0 || !isRepresentable(offset: offset))
     }
 
     /// Writes `data`.
@@ -243,7 +244,8 @@ public final class IOChannel: Sendable {
     /// they are (`writev`); nothing is copied.
     ///
     /// - Parameters:
-    ///   - offset: As for ``read(offset:length:queue:handler:)``.
+    ///   - offset: As for ``read(offset:length:queue:handler:)``; the data must also end within a file's 63-bit
+    ///     range (EINVAL otherwise).
     ///   - data: The bytes to write.
     ///   - queue: Where the handler runs.
     ///   - handler: Receives `done`, the data not yet written, and the error.
@@ -265,7 +267,17 @@ public final class IOChannel: Sendable {
             queue: queue,
             handler: handler
         )
-        submit(operation, invalid: type == .random && offset < 0)
+        submit(operation, invalid: !isRepresentable(offset: offset, length: data.count))
+    }
+
+    /// Whether a random channel's `offset` (and the `length` bytes from it) lies within a file's 63-bit
+    /// range once the channel's starting position is added; a stream channel ignores offsets. Anything
+    /// else fails with EINVAL, as the kernel's own check would, rather than overflowing.
+    private func isRepresentable(offset: Int64, length: Int = 0) -> Bool {
+        guard type == .random else { return true }
+        guard offset >= 0 else { return false }
+        let (start, overflow) = core.baseOffset.addingReportingOverflow(offset)
+        return !overflow && Int64(length) <= Int64.max - start
     }
 
     /// Queues an operation, or fails it at once: EINVAL for bad arguments, ECANCELED on a closed channel.

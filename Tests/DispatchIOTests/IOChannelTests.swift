@@ -867,6 +867,45 @@ struct IOChannelTests {
         channel.close()
     }
 
+    /// B10: offsets near the largest file position neither overflow nor crash. A read from there finds
+    /// nothing, as at end of file; an offset that with the channel's starting position cannot be a file
+    /// position at all, or a write that would end past it, fails with EINVAL like a negative one.
+    @Test(arguments: EngineKind.allCases)
+    func offsetsAtTheLargestFilePosition(kind: EngineKind) async throws {
+        let path = dir.make("f", pattern(100))
+        defer { dir.cleanup() }
+        let fd = FileDescriptor(rawValue: open(path, O_RDWR | O_CLOEXEC))
+        defer { try? fd.close() }
+        let fromStart = IOChannel(
+            type: .random,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
+        let past = Recorder()
+        fromStart.read(offset: .max, length: .max, queue: past.queue, handler: past.handler)
+        #expect(await past.wait() == [Call(done: true, count: 0, error: nil)])
+        let nearEnd = Recorder()
+        fromStart.read(offset: .max - 10, length: .max, queue: nearEnd.queue, handler: nearEnd.handler)
+        #expect(await nearEnd.wait() == [Call(done: true, count: 0, error: nil)])
+        let tooFar = Recorder()
+        fromStart.write(offset: .max, data: DispatchDataBuffer([1]), queue: tooFar.queue, handler: tooFar.handler)
+        #expect(await tooFar.wait() == [Call(done: true, count: 1, error: .invalidArgument)])
+        fromStart.close()
+
+        lseek(fd.rawValue, 5, SEEK_SET)
+        let fromFive = IOChannel(
+            type: .random,
+            fileDescriptor: fd,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
+        let overflowing = Recorder()
+        fromFive.read(offset: .max - 2, length: 1, queue: overflowing.queue, handler: overflowing.handler)
+        #expect(await overflowing.wait() == [Call(done: true, count: nil, error: .invalidArgument)])
+        fromFive.close()
+    }
+
     /// B4: the cleanup handler runs only after every final handler has run. Here the read's handler queue
     /// is held suspended after the channel is closed: the read is over, but its final call has not run.
     @Test(arguments: EngineKind.allCases)

@@ -217,7 +217,14 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                     settings.highWater == Int.max
                     ? Int.max : settings.highWater - pending.count - inFlight.values.reduce(0, +)
                 if room <= 0 { break }
-                let size = min(pool.size, length - issued, room)
+                // Offsets stop at the largest a file can have (a random read starting near it, or a
+                // stream read from a position near it): past that there is nothing to read, as at EOF.
+                let offsetRoom = positioned ? Int64.max - startOffset - Int64(issued) : Int64.max
+                if offsetRoom == 0 {
+                    if inFlight.isEmpty { end(error: nil) }
+                    break
+                }
+                let size = min(pool.size, length - issued, room, Int(clamping: offsetRoom))
                 let buffer = pool.take()
                 let sequence = nextSequence
                 nextSequence += 1
