@@ -172,6 +172,7 @@ public final class IOChannel: Sendable {
         switch source.source {
         case .descriptor:
             entry = source
+            entry.willAttach()
         case .path(let path, let flags, let permissions):
             entry = FileEntry.forPath(path, flags: flags, permissions: permissions, engine: source.engine)
         }

@@ -906,6 +906,33 @@ struct IOChannelTests {
         fromFive.close()
     }
 
+    /// B4: a channel made on a descriptor while the last channel there is being given up (its read's final
+    /// call returning on another thread) still gets its cleanup call. It used to find the old entry, join
+    /// it after the teardown, and never hear from it again.
+    @Test(arguments: EngineKind.allCases)
+    func aChannelMadeDuringATeardownStillCleansUp(kind: EngineKind) async throws {
+        let path = dir.make("f", pattern(10))
+        defer { dir.cleanup() }
+        let fd = openRead(path)
+        defer { try? fd.close() }
+        let engine = Engines.get(kind)
+        for _ in 0..<2000 {
+            let first = IOChannel(type: .random, fileDescriptor: fd, queue: .global(), engine: engine) { _ in }
+            first.read(offset: 0, length: 10, queue: .global()) { _, _, _ in }
+            first.close()
+            let cleaned = Promise<Errno?>()
+            let second = IOChannel(
+                type: .random,
+                fileDescriptor: fd,
+                queue: .global(),
+                engine: engine,
+                cleanupHandler: cleanup(cleaned)
+            )
+            second.close()
+            #expect(await cleaned.get(limit: .seconds(5)) == nil)
+        }
+    }
+
     /// B4: the cleanup handler runs only after every final handler has run. Here the read's handler queue
     /// is held suspended after the channel is closed: the read is over, but its final call has not run.
     @Test(arguments: EngineKind.allCases)

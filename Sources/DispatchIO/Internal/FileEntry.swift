@@ -79,6 +79,9 @@ final class FileEntry: @unchecked Sendable {
     /// another queue, or on a concurrent one, the cleanup would overtake it (a convenience read's cleanup
     /// would hand over what the final call had not yet added).
     private var finalCallsPending = 0
+    /// Channels given this entry by ``forDescriptor(_:engine:)`` and not yet attached: the entry is not
+    /// given up under them, or they would join it after its teardown and never get their cleanup call.
+    private var attaching = 0
 
     private static let registry = Locked<[CInt: FileEntry]>([:])
 
@@ -96,13 +99,18 @@ final class FileEntry: @unchecked Sendable {
         let identity = fstat(fd, &st) == 0 ? FileIdentity(device: st.st_dev, inode: st.st_ino) : nil
         return registry.withLock { entries in
             if let entry = entries[fd], entry.engine === engine,
-                entry.lock.withLock({ !entry.tornDown && entry.identity == identity && identity != nil })
+                entry.lock.withLock({ () -> Bool in
+                    guard !entry.tornDown && entry.identity == identity && identity != nil else { return false }
+                    entry.attaching += 1
+                    return true
+                })
             {
                 return entry
             }
             let entry = FileEntry(engine: engine, fd: fd, source: .descriptor)
-            entries[fd] = entry
+            entry.attaching = 1
             entry.validateDescriptor(identity == nil ? nil : st)
+            entries[fd] = entry
             return entry
         }
     }
@@ -110,6 +118,7 @@ final class FileEntry: @unchecked Sendable {
     /// A new entry for a path, opened lazily at its first operation (B41).
     static func forPath(_ path: FilePath, flags: CInt, permissions: FilePermissions, engine: IOEngine) -> FileEntry {
         let entry = FileEntry(engine: engine, fd: -1, source: .path(path, flags: flags, permissions: permissions))
+        entry.attaching = 1
         entry.validatePath()
         return entry
     }
@@ -159,9 +168,17 @@ final class FileEntry: @unchecked Sendable {
 
     // MARK: Channels
 
+    /// Holds the entry for a channel about to be made on it from another channel's (a descriptor's entry
+    /// is shared): ``attach(_:)`` follows. ``forDescriptor(_:engine:)`` and ``forPath(_:flags:permissions:engine:)``
+    /// do this themselves.
+    func willAttach() {
+        lock.withLock { attaching += 1 }
+    }
+
     /// Registers a channel; returns what to run outside the lock (a prompt failed cleanup, B2).
     func attach(_ channel: ChannelCore) {
         let action = lock.withLock { () -> (() -> Void)? in
+            attaching -= 1
             channels.append(channel)
             guard validated else { return nil }
             return channel.validationFinished()
@@ -324,7 +341,7 @@ final class FileEntry: @unchecked Sendable {
     /// closed first (B43), then every channel's cleanup handler is queued (B4). Lock held.
     private func appendTeardownIfIdle(to actions: inout [() -> Void]) {
         guard !tornDown, items.isEmpty, running.isEmpty, !barrierRunning, !opening, finalCallsPending == 0,
-            !channels.isEmpty, channels.allSatisfy(\.isClosed)
+            attaching == 0, !channels.isEmpty, channels.allSatisfy(\.isClosed)
         else { return }
         tornDown = true
         let channels = self.channels
