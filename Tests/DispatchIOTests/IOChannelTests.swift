@@ -906,6 +906,36 @@ struct IOChannelTests {
         fromFive.close()
     }
 
+    /// Reads of regular files wait while more than 16 MiB of writes to regular files are pending (the
+    /// process-wide write backlog). A write that has finished gives its bytes back at once, whatever its
+    /// handler queue is doing: held on a suspended one, they kept an unrelated read from ever starting.
+    @Test(arguments: EngineKind.allCases)
+    func aFinishedWriteDoesNotHoldBackReadsWhileItsHandlerWaits(kind: EngineKind) async throws {
+        let engine = Engines.get(kind)
+        let input = dir.make("in", pattern(100_000))
+        defer { dir.cleanup() }
+        let out = FileDescriptor(rawValue: open(dir.file("out"), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644))
+        defer { try? out.close() }
+        let writer = IOChannel(type: .random, fileDescriptor: out, queue: WorkQueue(label: "c"), engine: engine) { _ in
+        }
+        let held = WorkQueue(label: "held")
+        held.suspend()
+        let written = Promise<Errno?>()
+        writer.write(offset: 0, data: DispatchDataBuffer(pattern(20 << 20)), queue: held) { done, _, error in
+            if done { written.fulfil(error) }
+        }
+        let fd = openRead(input)
+        defer { try? fd.close() }
+        let reader = IOChannel(type: .random, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: engine) { _ in }
+        let recorder = Recorder()
+        reader.read(offset: 0, length: 100_000, queue: recorder.queue, handler: recorder.handler)
+        #expect(await recorder.wait() == [Call(done: true, count: 100_000, error: nil)])
+        held.resume()
+        #expect(await written.get() == nil)
+        writer.close()
+        reader.close()
+    }
+
     /// B4: a channel made on a descriptor while the last channel there is being given up (its read's final
     /// call returning on another thread) still gets its cleanup call. It used to find the old entry, join
     /// it after the teardown, and never hear from it again.

@@ -421,6 +421,8 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
     }
 
     private var countsInBacklog = false
+    /// Bytes of the backlog this operation holds and has finished with, to give back outside the lock.
+    private var backlogToRelease = 0
 
     override var isWrite: Bool { true }
 
@@ -454,6 +456,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
     override func progress() {
         var chunk: DispatchDataBuffer?
         var finished = false
+        var release = 0
         lock.withLock {
             if !ended && stopped && !writing {
                 end(error: .canceled)
@@ -469,7 +472,9 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
                 }
             }
             finished = ended && !writing && finalDelivered
+            swap(&release, &backlogToRelease)
         }
+        if release > 0 { WriteBacklog.shared.remove(release) }
         if let chunk { submit(chunk) }
         if finished { reportFinishedIfDone() }
     }
@@ -520,9 +525,10 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
             lseek(fd, off_t(position) + written, SEEK_SET)
         }
         if countsInBacklog {
-            let count = remaining.count + written
-            // Woken reads take this operation's lock only after it is released.
-            handlerQueue.async { WriteBacklog.shared.remove(count) }
+            // Given back by `progress` once the lock is released (woken reads take this operation's lock),
+            // not by a block on the handler queue: a queue that is suspended, or busy waiting for a read,
+            // would hold back every read in the process behind this finished write.
+            backlogToRelease = remaining.count + written
         }
         if let error {
             deliver(done: true, data: remaining, error: error)
