@@ -372,6 +372,38 @@ struct QueueTests {
         WorkQueue.global().setTarget(queue: first)  // no-op
     }
 
+    // C13: re-targeting an active concurrent queue. Its drain tokens already waiting on the old target
+    // must not run blocks submitted after the change there: they wait for the new target, busy here.
+    @Test("setTarget on an active concurrent queue with drainers waiting on the old target")
+    func retargetConcurrent() {
+        final class Flag: Sendable { let value = Atomic<Int>(0) }
+        let old = WorkQueue(label: "old")
+        let middle = WorkQueue(label: "middle", attributes: .concurrent, target: old)
+        let queue = WorkQueue(label: "queue", attributes: .concurrent, target: middle)
+        let new = WorkQueue(label: "new")
+        old.suspend()
+        // The queue's drain tokens wait on `middle`, whose own waits on the suspended `old`.
+        for _ in 0..<4 { queue.async {} }
+        queue.setTarget(queue: new)
+        let gate = WorkSemaphore(value: 0)
+        new.async { gate.wait() }
+        let opened = Flag()
+        let early = Flag()
+        let after = WorkGroup()
+        for _ in 0..<8 {
+            queue.async(group: after) {
+                if opened.value.load(ordering: .acquiring) == 0 { early.value.add(1, ordering: .relaxed) }
+            }
+        }
+        old.resume()
+        // Nothing submitted after the change may run while the new target is busy.
+        #expect(after.wait(timeout: .milliseconds(200)) == .timedOut)
+        opened.value.store(1, ordering: .releasing)
+        gate.signal()
+        #expect(after.wait(timeout: patience) == .success)
+        #expect(early.value.load(ordering: .relaxed) == 0)
+    }
+
     // C15: labels.
     @Test("labels")
     func labels() {

@@ -70,6 +70,13 @@ struct WorkDeque: ~Copyable {
         return storage[head].isBarrier
     }
 
+    /// Whether the first element is a re-targeting; `false` when empty.
+    var firstIsRetarget: Bool {
+        guard count > 0, let storage else { return false }
+        if case .retarget = storage[head] { return true }
+        return false
+    }
+
     mutating func append(_ work: consuming Work) {
         if count == mask + 1 { grow() }
         (storage.unsafelyUnwrapped + ((head + count) & mask)).initialize(to: work)

@@ -22,9 +22,12 @@ extension WorkQueue {
         return WorkerPool.shared.cores
     }
 
+    /// A re-targeting waits, besides for the blocks running, for every other drain token to be gone: a
+    /// token still queued on the old target would otherwise run later blocks there (C13). Each token that
+    /// finds it first leaves; the last one takes it, and new tokens go to the new target.
     var canPopConcurrentLocked: Bool {
         isActive && suspendCount == 0 && !items.isEmpty && !barrierRunning
-            && (inflight == 0 || !items.firstIsBarrier)
+            && (inflight == 0 || !items.firstIsBarrier) && (drainers <= 1 || !items.firstIsRetarget)
     }
 
     /// How many drain tokens to put on the target now; counts them as taken. Lock held.
