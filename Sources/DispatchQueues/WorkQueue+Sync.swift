@@ -36,10 +36,9 @@ extension WorkQueue {
 
     /// Traps on a `sync` that can only deadlock (SEMANTICS C4, C25).
     func checkSyncAllowed(barrier: Bool, context: ThreadContext, operation: String) {
-        guard context.frame != nil else {
-            checkNotMainThreadOntoMain(context: context, operation: operation)
-            return
-        }
+        // Also inside blocks that other syncs run inline on the main thread: they do not make it a drainer.
+        checkNotMainThreadOntoMain(context: context, operation: operation)
+        guard context.frame != nil else { return }
         var cursor: WorkQueue? = self
         while let queue = cursor {
             if queue.isCustom && context.holds(queue, exclusively: true) {
@@ -61,7 +60,7 @@ extension WorkQueue {
         }
     }
 
-    /// The main thread outside any block, before (or without) ``dispatchMain()``: a `sync` whose chain ends
+    /// The main thread before (or without) ``dispatchMain()``, in a block or not: a `sync` whose chain ends
     /// at the main queue could only be run by this very thread, so it would wait forever (SEMANTICS C4).
     private func checkNotMainThreadOntoMain(context: ThreadContext, operation: String) {
         guard isCustom, !context.isMainDrainer else { return }
