@@ -125,28 +125,34 @@ final class SourceCore: QueueJob, @unchecked Sendable {
     /// Adds `value` to the pending data (signals: deliveries; timers: fires) and schedules a delivery.
     func record(add value: UInt) {
         guard value != 0, !cancelled.load(ordering: .relaxed) else { return }
-        pending.wrappingAdd(value, ordering: .releasing)
+        pending.wrappingAdd(value, ordering: .sequentiallyConsistent)
         scheduleDelivery()
     }
 
     /// ORs `bits` into the pending data and schedules a delivery.
     func record(or bits: UInt) {
         guard bits != 0, !cancelled.load(ordering: .relaxed) else { return }
-        pending.bitwiseOr(bits, ordering: .releasing)
+        pending.bitwiseOr(bits, ordering: .sequentiallyConsistent)
         scheduleDelivery()
     }
 
     /// Replaces the pending data with `value` and schedules a delivery.
     func record(replace value: UInt) {
         guard value != 0, !cancelled.load(ordering: .relaxed) else { return }
-        pending.store(value, ordering: .releasing)
+        pending.store(value, ordering: .sequentiallyConsistent)
         scheduleDelivery()
     }
 
     /// Puts one delivery job on the source's queue unless one is already waiting.
+    ///
+    /// With `run`, a handshake over two words: here the data is recorded, then `scheduled` read; there
+    /// `scheduled` is cleared, then the data taken. Either this sees the flag cleared, or that takes the
+    /// data, only if all four accesses are sequentially consistent: a release or relaxed order lets a
+    /// weakly ordered processor (arm64) read the flag before the data is visible, and the event waits
+    /// for a delivery that never comes. On x86-64 this costs nothing more.
     @inline(__always)
     func scheduleDelivery() {
-        if scheduled.load(ordering: .relaxed) { return }
+        if scheduled.load(ordering: .sequentiallyConsistent) { return }
         if scheduled.exchange(true, ordering: .acquiringAndReleasing) { return }
         queue.enqueue(self)
     }
@@ -172,7 +178,7 @@ final class SourceCore: QueueJob, @unchecked Sendable {
     func deliver() {
         runRegistrationIfNeeded()
         guard !cancelled.load(ordering: .acquiring) else { return }
-        let value = pending.exchange(0, ordering: .acquiringAndReleasing)
+        let value = pending.exchange(0, ordering: .sequentiallyConsistent)
         guard value != 0 else { return }
         var data = value
         var last = false
