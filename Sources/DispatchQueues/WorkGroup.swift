@@ -17,6 +17,8 @@ public final class WorkGroup: @unchecked Sendable {
     // Guarded by `lock`.
     private var notifications: [(WorkQueue, Work)] = []
     private var waiters: [Waiter] = []
+    /// A `fire` is submitting notifications outside the lock: new ones join the end of its line.
+    private var firing = false
 
     /// Creates an empty group.
     public init() {}
@@ -42,20 +44,27 @@ public final class WorkGroup: @unchecked Sendable {
 
     private func fire() {
         lock.lock()
-        // Someone may have entered again since our leave; the matching leave will fire instead.
-        guard count.load(ordering: .acquiring) == 0, !(notifications.isEmpty && waiters.isEmpty) else {
+        // Someone may have entered again since our leave; the matching leave will fire instead. A fire
+        // already submitting takes whatever this one would.
+        guard !firing else {
             lock.unlock()
             return
         }
-        let due = notifications
-        let woken = waiters
-        observers.wrappingSubtract(due.count + woken.count, ordering: .relaxed)
-        notifications.removeAll()
-        waiters.removeAll()
-        for waiter in woken { waiter.wake() }
+        firing = true
+        while count.load(ordering: .acquiring) == 0, !(notifications.isEmpty && waiters.isEmpty) {
+            let due = notifications
+            let woken = waiters
+            observers.wrappingSubtract(due.count + woken.count, ordering: .relaxed)
+            notifications.removeAll()
+            waiters.removeAll()
+            for waiter in woken { waiter.wake() }
+            lock.unlock()
+            for waiter in woken { waiter.parker.unpark() }
+            for (queue, work) in due { queue.submit(work) }
+            lock.lock()
+        }
+        firing = false
         lock.unlock()
-        for waiter in woken { waiter.parker.unpark() }
-        for (queue, work) in due { queue.submit(work) }
     }
 
     /// Submits `work` to `queue` once the group is empty: at once if it already is, otherwise when the
@@ -77,7 +86,9 @@ public final class WorkGroup: @unchecked Sendable {
     private func register(_ queue: WorkQueue, _ work: Work) {
         lock.lock()
         observers.wrappingAdd(1, ordering: .sequentiallyConsistent)
-        if count.load(ordering: .sequentiallyConsistent) == 0 {
+        // Notifications still to be submitted (a fire is under way, or the leave that emptied the group is
+        // about to start one) go first: this one waits its turn behind them (C27).
+        if count.load(ordering: .sequentiallyConsistent) == 0 && !firing && notifications.isEmpty {
             observers.wrappingSubtract(1, ordering: .relaxed)
             lock.unlock()
             queue.submit(work)

@@ -31,6 +31,8 @@ public final class WorkItem: @unchecked Sendable {
     private let lock = Lock()
     // Guarded by `lock`.
     private var completed = false
+    /// `complete` is submitting notifications outside the lock: new ones join the end of its line.
+    private var delivering = false
     private var notifications: [(WorkQueue, Work)] = []
     private var waiters: [Waiter] = []
 
@@ -61,14 +63,23 @@ public final class WorkItem: @unchecked Sendable {
             return
         }
         completed = true
-        let due = notifications
+        var due = notifications
         let woken = waiters
         notifications.removeAll()
         waiters.removeAll()
         for waiter in woken { waiter.wake() }
+        delivering = !due.isEmpty
         lock.unlock()
         for waiter in woken { waiter.parker.unpark() }
-        for (queue, work) in due { queue.submit(work) }
+        // Notifications registered meanwhile were queued behind these (C27): submitted next, in order.
+        while !due.isEmpty {
+            for (queue, work) in due { queue.submit(work) }
+            lock.lock()
+            due = notifications
+            notifications.removeAll()
+            delivering = !due.isEmpty
+            lock.unlock()
+        }
     }
 
     /// Keeps the block from running if it has not started; a running block is not interrupted.
@@ -91,7 +102,7 @@ public final class WorkItem: @unchecked Sendable {
 
     private func register(_ queue: WorkQueue, _ work: Work) {
         lock.lock()
-        if completed {
+        if completed && !delivering {
             lock.unlock()
             queue.submit(work)
             return

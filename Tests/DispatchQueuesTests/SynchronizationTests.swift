@@ -56,6 +56,52 @@ struct SynchronizationTests {
         #expect(runs.load(ordering: .relaxed) == 1)
     }
 
+    // C27: a notify registered while the group's notifications are being submitted (the group is empty
+    // again, and a waiter has already been released) joins the end of the line: it never overtakes them.
+    @Test("a group notify registered while earlier ones are submitted runs after them")
+    func groupNotifyDuringFire() {
+        for _ in 0..<20 {
+            let group = WorkGroup()
+            let serial = WorkQueue(label: "notify")
+            let log = Unsynchronized([Int]())
+            group.enter()
+            for index in 0..<2_000 { group.notify(queue: serial) { log.value.append(index) } }
+            WorkQueue.global().async { group.leave() }
+            group.wait()
+            let done = WorkSemaphore(value: 0)
+            group.notify(queue: serial) {
+                log.value.append(2_000)
+                done.signal()
+            }
+            expectSignalled(done)
+            // Compared in place: a failure would otherwise print two 2,001-element arrays.
+            let order = serial.sync { log.value }
+            #expect(order.count == 2_001 && order.firstIndex(of: 2_000) == 2_000 && order == order.sorted())
+        }
+    }
+
+    // C27 for work items: the same for a notify registered while an item's are being submitted.
+    @Test("a work item notify registered while earlier ones are submitted runs after them")
+    func itemNotifyDuringCompletion() {
+        for _ in 0..<20 {
+            let item = WorkItem {}
+            let serial = WorkQueue(label: "notify")
+            let log = Unsynchronized([Int]())
+            for index in 0..<2_000 { item.notify(queue: serial) { log.value.append(index) } }
+            WorkQueue.global().async(execute: item)
+            item.wait()
+            let done = WorkSemaphore(value: 0)
+            item.notify(queue: serial) {
+                log.value.append(2_000)
+                done.signal()
+            }
+            expectSignalled(done)
+            // Compared in place: a failure would otherwise print two 2,001-element arrays.
+            let order = serial.sync { log.value }
+            #expect(order.count == 2_001 && order.firstIndex(of: 2_000) == 2_000 && order == order.sorted())
+        }
+    }
+
     // C26: async(group:) enters before and leaves after the block; works across many queues.
     @Test("group async across queues")
     func groupAsync() {
