@@ -421,6 +421,9 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
     }
 
     private var countsInBacklog = false
+    /// The token of the chunk in the kernel: a new one per chunk, so that the engine's name for a chunk
+    /// that has already completed is never recorded against the next one (which stop would then miss).
+    private var chunkToken = 0
     /// Bytes of the backlog this operation holds and has finished with, to give back outside the lock.
     private var backlogToRelease = 0
 
@@ -454,7 +457,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
     }
 
     override func progress() {
-        var chunk: DispatchDataBuffer?
+        var chunk: (data: DispatchDataBuffer, token: Int)?
         var finished = false
         var release = 0
         lock.withLock {
@@ -467,15 +470,16 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
                 } else {
                     let piece = gather()
                     writing = true
-                    inFlight[0] = piece.count
-                    chunk = piece
+                    chunkToken += 1
+                    inFlight[chunkToken] = piece.count
+                    chunk = (piece, chunkToken)
                 }
             }
             finished = ended && !writing && finalDelivered
             swap(&release, &backlogToRelease)
         }
         if release > 0 { WriteBacklog.shared.remove(release) }
-        if let chunk { submit(chunk) }
+        if let chunk { submit(chunk.data, token: chunk.token) }
         if finished { reportFinishedIfDone() }
     }
 
@@ -491,14 +495,14 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         return remaining.subdata(in: 0..<min(size, limit))
     }
 
-    private func submit(_ chunk: DispatchDataBuffer) {
+    private func submit(_ chunk: DispatchDataBuffer, token: Int) {
         let buffers = chunk.regions.map(\.bytes)
         let position = lock.withLock { offset }
         let id = entry.engine.writev(fd, from: buffers, at: position, keepAlive: KeepAlive(data: chunk)) {
             [self] completion in
             lock.withLock {
-                inFlight.removeAll()
-                kernelIDs.removeAll()
+                inFlight[token] = nil
+                kernelIDs[token] = nil
                 writing = false
                 let count = completion.result
                 written += count
@@ -514,7 +518,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
             }
             progress()
         }
-        recordKernelID(id, token: 0)
+        recordKernelID(id, token: token)
     }
 
     /// The final call: `(true, nil, nil)` on success, `(true, unwritten, error)` otherwise. Lock held.
