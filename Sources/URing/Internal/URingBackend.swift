@@ -457,6 +457,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             request.readinessEvents = 0
             if res < 0 {
                 finish(request, IOCompletion(result: request.progress, error: Errno(rawValue: -res)))
+            } else if request.cancelRequested {
+                finish(request, IOCompletion(result: request.progress, error: .canceled))
             } else {
                 local.append(request)
             }
@@ -465,9 +467,10 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         switch request.step(after: Int(res)) {
         case .complete(let completion): finish(request, completion)
         case .again:
-            draining ? finish(request, IOCompletion(result: request.progress, error: .canceled)) : local.append(request)
+            draining || request.cancelRequested
+                ? finish(request, IOCompletion(result: request.progress, error: .canceled)) : local.append(request)
         case .awaitReadiness(let events):
-            if draining {
+            if draining || request.cancelRequested {
                 finish(request, IOCompletion(result: request.progress, error: .canceled))
             } else {
                 request.readinessEvents = events
@@ -531,6 +534,9 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         case .timeoutRemove(let target):
             io_uring_prep_timeout_remove(sqe, target, 0)
         case .cancel(let target):
+            // A request between two steps (a short transfer being resubmitted, or one waiting to poll for
+            // readiness) is not in the kernel, where the cancel would find nothing: it ends at its next step.
+            inFlight[target]?.cancelRequested = true
             io_uring_prep_cancel64(sqe, target, 0)
         case .linkedCopy:
             preconditionFailure("linked copies are prepared by prepareCopy")
