@@ -465,6 +465,26 @@ struct IOChannelTests {
         #expect(writeCalls == [Call(done: true, count: nil, error: nil)])
         created.close()
 
+        // B40: O_CREAT under a directory that is not there: cleanup(ENOENT) promptly, without closing, and
+        // every operation fails with it.
+        let orphanCleanup = Promise<Errno?>()
+        let orphan = try #require(
+            IOChannel(
+                type: .stream,
+                path: FilePath(dir.file("no-such-directory/new")),
+                mode: .writeOnly,
+                options: [.create],
+                queue: WorkQueue(label: "c"),
+                engine: engine,
+                cleanupHandler: cleanup(orphanCleanup)
+            )
+        )
+        #expect(await orphanCleanup.get() == .noSuchFileOrDirectory)
+        let orphanWrite = Recorder()
+        orphan.write(offset: 0, data: DispatchDataBuffer([1]), queue: orphanWrite.queue, handler: orphanWrite.handler)
+        #expect(await orphanWrite.wait() == [Call(done: true, count: 1, error: .noSuchFileOrDirectory)])
+        orphan.close()
+
         // B42: an open that fails is sticky, and cleanup still gets nil. EACCES needs a user that
         // permissions stop; root is not stopped, so it gets EEXIST from an exclusive create instead.
         let isRoot = getuid() == 0

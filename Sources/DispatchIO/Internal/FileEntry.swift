@@ -144,26 +144,35 @@ final class FileEntry: @unchecked Sendable {
         guard case .path(let path, let flags, _) = source else { return }
         let statFlags: CInt = flags & O_NOFOLLOW != 0 ? CInt(AT_SYMLINK_NOFOLLOW) : 0
         engine.stat(path: path, flags: statFlags) { [self] result in
-            let actions = lock.withLock { () -> [() -> Void] in
-                switch result {
-                case .success(let status):
-                    kind = FileKind(mode: mode_t(status.mode))
-                    if kind == .directory { failure = .isDirectory }
-                case .failure(let error):
-                    // With O_CREAT a missing file is fine if its directory exists; the open tells (B40).
-                    if error == .noSuchFileOrDirectory && flags & O_CREAT != 0 {
-                        kind = .regular
-                    } else {
-                        failure = error
+            switch result {
+            case .success(let status):
+                let kind = FileKind(mode: mode_t(status.mode))
+                finishValidation(kind: kind, failure: kind == .directory ? .isDirectory : nil)
+            case .failure(.noSuchFileOrDirectory) where flags & O_CREAT != 0:
+                // With O_CREAT a missing file is fine if its directory is there, as libdispatch checks with
+                // a stat of the parent; otherwise ENOENT now, not only at the open (B40).
+                engine.stat(path: path.removingLastComponent()) { [self] parent in
+                    switch parent {
+                    case .success: finishValidation(kind: .regular, failure: nil)
+                    case .failure: finishValidation(kind: nil, failure: .noSuchFileOrDirectory)
                     }
                 }
-                validated = true
-                var actions = channels.compactMap { $0.validationFinished() }
-                actions += pump()
-                return actions
+            case .failure(let error):
+                finishValidation(kind: nil, failure: error)
             }
-            for action in actions { action() }
         }
+    }
+
+    private func finishValidation(kind: FileKind?, failure: Errno?) {
+        let actions = lock.withLock { () -> [() -> Void] in
+            self.kind = kind
+            self.failure = failure
+            validated = true
+            var actions = channels.compactMap { $0.validationFinished() }
+            actions += pump()
+            return actions
+        }
+        for action in actions { action() }
     }
 
     // MARK: Channels
