@@ -202,7 +202,8 @@ public final class IOChannel: Sendable {
     ///   (B17); `(true, nil, error)` on an error, after a `(false, data, nil)` call with anything buffered
     ///   (B18). A closed or stopped channel, or one whose file failed, gives only the final call.
     ///
-    /// A zero-length read completes at once with `(true, empty, nil)` (B12).
+    /// A zero-length read completes at once with `(true, empty, nil)`, or `(true, nil, ECANCELED)` on a closed
+    /// channel (B12).
     ///
     /// - Parameters:
     ///   - offset: For a random channel, the position relative to the descriptor's position when the
@@ -218,7 +219,9 @@ public final class IOChannel: Sendable {
         handler: @escaping @Sendable (_ done: Bool, _ data: DispatchDataBuffer?, _ error: Errno?) -> Void
     ) {
         if length == 0 {
-            queue.async { handler(true, DispatchDataBuffer(), nil) }
+            // A closed channel refuses it first, as any other (B28).
+            let refusal = core.refusal
+            queue.async { handler(true, refusal == nil ? DispatchDataBuffer() : nil, refusal) }
             return
         }
         let operation = ReadOperation(
@@ -241,8 +244,8 @@ public final class IOChannel: Sendable {
     /// - then exactly one final call: `(true, nil, nil)` when everything was written; `(true, remaining,
     ///   error)` on an error, with exactly the data that was not written (all of it if nothing was).
     ///
-    /// Empty data completes at once with `(true, nil, nil)` (B12). The data's regions go to the kernel as
-    /// they are (`writev`); nothing is copied.
+    /// Empty data completes at once with `(true, nil, nil)`, or `(true, data, ECANCELED)` on a closed channel
+    /// (B12). The data's regions go to the kernel as they are (`writev`); nothing is copied.
     ///
     /// - Parameters:
     ///   - offset: As for ``read(offset:length:queue:handler:)``; the data must also end within a file's 63-bit
@@ -257,7 +260,8 @@ public final class IOChannel: Sendable {
         handler: @escaping @Sendable (_ done: Bool, _ data: DispatchDataBuffer?, _ error: Errno?) -> Void
     ) {
         if data.isEmpty {
-            queue.async { handler(true, nil, nil) }
+            let refusal = core.refusal
+            queue.async { handler(true, refusal == nil ? nil : data, refusal) }
             return
         }
         let operation = WriteOperation(

@@ -153,6 +153,14 @@ struct IOChannelTests {
         let writeCalls = await write.wait()
         #expect(writeCalls == [Call(done: true, count: nil, error: nil)])  // B12
         channel.close()
+        // B28 before B12: on a closed channel they are refused like any other, as libdispatch checks the
+        // channel before the length.
+        let closedRead = Recorder()
+        channel.read(offset: 0, length: 0, queue: closedRead.queue, handler: closedRead.handler)
+        #expect(await closedRead.wait() == [Call(done: true, count: nil, error: .canceled)])
+        let closedWrite = Recorder()
+        channel.write(offset: 0, data: DispatchDataBuffer(), queue: closedWrite.queue, handler: closedWrite.handler)
+        #expect(await closedWrite.wait() == [Call(done: true, count: 0, error: .canceled)])
     }
 
     // MARK: Offsets (B8, B10)
