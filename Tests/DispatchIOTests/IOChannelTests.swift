@@ -632,6 +632,34 @@ struct IOChannelTests {
         #expect(calls.last == Call(done: true, count: nil, error: .canceled))
     }
 
+    /// B27: the interval runs from when the operation is queued, not when it starts: a read waiting behind
+    /// a stalled one on the same stream still ticks, which is how a caller sees that nothing moves.
+    @Test(arguments: EngineKind.allCases)
+    func strictIntervalTicksWhileQueued(kind: EngineKind) async throws {
+        let pipe = makePipe()
+        defer {
+            try? pipe.read.close()
+            try? pipe.write.close()
+        }
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: pipe.read,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
+        let first = Recorder()
+        channel.read(offset: 0, length: 10, queue: first.queue, handler: first.handler)
+        channel.setInterval(interval: .milliseconds(20), flags: .strictInterval)
+        let queued = Recorder()
+        channel.read(offset: 0, length: 10, queue: queued.queue, handler: queued.handler)
+        while queued.soFar.count < 2 { await settle(Engines.get(kind)) }
+        #expect(queued.soFar.prefix(2).allSatisfy { $0 == Call(done: false, count: 0, error: nil) })
+        #expect(first.soFar.isEmpty)
+        channel.close(flags: .stop)
+        #expect(await first.wait() == [Call(done: true, count: nil, error: .canceled)])
+        #expect(await queued.wait().last == Call(done: true, count: nil, error: .canceled))
+    }
+
     @Test(arguments: EngineKind.allCases)
     func pingPongOverPipes(kind: EngineKind) async throws {
         let engine = Engines.get(kind)

@@ -215,6 +215,7 @@ final class FileEntry: @unchecked Sendable {
     // MARK: Scheduling
 
     func enqueue(_ item: Item) {
+        if case .operation(let operation) = item { operation.queued() }
         let actions = lock.withLock { () -> [() -> Void] in
             items.append(item)
             return pump()

@@ -63,6 +63,8 @@ class IOOperation: @unchecked Sendable {
 
     func start(fd: CInt) {}
     func fail(_ error: Errno) {}
+    /// The operation joined its entry's queue (it may start at once, or wait behind others).
+    func queued() {}
 
     /// Cancels what is in the kernel; the operation then ends with ECANCELED (B30).
     func stop() {
@@ -170,9 +172,11 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                 streamPositionToRestore = startOffset
             }
         }
-        armIntervalTimer()
         progress()
     }
+
+    /// The interval runs from here, not from the start: a read queued behind a stalled one ticks too (B27).
+    override func queued() { armIntervalTimer() }
 
     private var depth: Int { positioned && !shortReadsSeen ? IOTuning.readAheadDepth : 1 }
     /// A read came back short in mid-file (a procfs or sysfs file): the rest is read one chunk at a time,
@@ -370,7 +374,8 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
         let deadline = ContinuousClock.now + interval
         entry.engine.timeout(deadline: deadline) { [self] _ in
             let again = lock.withLock { () -> Bool in
-                guard !ended else { return false }
+                // (A read that failed before starting never ends; its final call is all the same.)
+                guard !ended && !finalDelivered else { return false }
                 if settings.strictInterval {
                     let piece = pending
                     pending = DispatchDataBuffer()
