@@ -65,6 +65,9 @@ struct TimerState {
     var generation: UInt64 = 0
     /// The engine timeout armed for this generation (engines other than the shared one).
     var armedID: OperationID?
+    /// The generation a fire job is out for: arming it again (a schedule racing an activation, or a fire
+    /// re-arming after a schedule from another thread) would double every fire job from then on.
+    var armedGeneration: UInt64?
 }
 
 /// The shared state of an ``EventSource``: what the engine callbacks, the queued jobs and the public
@@ -319,9 +322,10 @@ final class SourceCore: QueueJob, @unchecked Sendable {
         let stale = timer.armedID
         timer.armedID = nil
         let active = activated
-        lock.unlock()
-        // D26: a new schedule clears the fires not yet delivered.
+        // D26: a new schedule clears the fires not yet delivered; under the lock, so that a fire of the
+        // old generation cannot add its count after this.
         pending.store(0, ordering: .relaxed)
+        lock.unlock()
         if let stale { engine.removeTimeout(stale) { _ in } }
         if active { armTimer() }
     }
@@ -329,11 +333,13 @@ final class SourceCore: QueueJob, @unchecked Sendable {
     /// Arms the engine (or the shared timer scheduler) for the current schedule.
     func armTimer() {
         lock.lock()
-        guard let next = timer.next, !cancelled.load(ordering: .relaxed) else {
+        guard let next = timer.next, !cancelled.load(ordering: .relaxed), timer.armedGeneration != timer.generation
+        else {
             lock.unlock()
             return
         }
         let generation = timer.generation
+        timer.armedGeneration = generation
         let leeway = timer.leeway
         lock.unlock()
         let job = TimerFireJob(core: self, generation: generation)
@@ -361,6 +367,7 @@ final class SourceCore: QueueJob, @unchecked Sendable {
             return
         }
         timer.armedID = nil
+        timer.armedGeneration = nil
         if now < deadline {
             // Never early: an engine that woke us too soon gets asked again.
             lock.unlock()
@@ -379,9 +386,11 @@ final class SourceCore: QueueJob, @unchecked Sendable {
             timer.next = nil
         }
         let again = timer.next != nil
+        // Counted under the lock: a schedule from another thread either comes before (and this fire was
+        // ignored) or after (and clears the count).
+        pending.wrappingAdd(fires, ordering: .releasing)
         lock.unlock()
         if again { armTimer() }
-        pending.wrappingAdd(fires, ordering: .releasing)
         deliver()
     }
 }
