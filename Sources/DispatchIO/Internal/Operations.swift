@@ -466,7 +466,8 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         var finished = false
         var release = 0
         lock.withLock {
-            if !ended && stopped && !writing {
+            // A stop that came while the last chunk was in the kernel finds the write done: it succeeded.
+            if !ended && stopped && !writing && !remaining.isEmpty {
                 end(error: .canceled)
             }
             if !ended && !writing {
