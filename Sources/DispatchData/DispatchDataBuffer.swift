@@ -225,7 +225,18 @@ public struct DispatchDataBuffer: Sendable {
             self = other
             return
         }
+        Self.checkTotal(count, other.count)
         segments.append(other.segments, shift: count)
+    }
+
+    /// Stops on a total past `Int.max` bytes, which only views of memory that is not there can reach, and
+    /// which would otherwise wrap the offsets of every region after it.
+    @inlinable
+    static func checkTotal(_ first: Int, _ second: Int) {
+        precondition(
+            !first.addingReportingOverflow(second).overflow,
+            "DispatchDataBuffer: concatenating \(first) and \(second) bytes overflows Int"
+        )
     }
 
     /// Appends a copy of `bytes` (A1: the source may change right afterwards).
@@ -244,6 +255,7 @@ public struct DispatchDataBuffer: Sendable {
     public static func + (lhs: DispatchDataBuffer, rhs: DispatchDataBuffer) -> DispatchDataBuffer {
         guard !lhs.isEmpty else { return rhs }
         guard !rhs.isEmpty else { return lhs }
+        checkTotal(lhs.count, rhs.count)
         var segments = Segments(capacity: lhs.segments.count + rhs.segments.count)
         segments.append(lhs.segments, shift: 0)
         segments.append(rhs.segments, shift: lhs.count)
@@ -360,8 +372,8 @@ public struct DispatchDataBuffer: Sendable {
             return try body(segments[0].bytes)
         default:
             let total = count
-            let memory = Self.allocateFlat(total)
-            defer { Self.deallocateFlat(memory, total) }
+            let (memory, mapped) = Self.allocateFlat(total)
+            defer { Self.deallocateFlat(memory, total, mapped: mapped) }
             copyAll(to: memory)
             return try body(UnsafeRawBufferPointer(start: memory, count: total))
         }
@@ -402,8 +414,10 @@ public struct DispatchDataBuffer: Sendable {
     @usableFromInline
     static var populateThreshold: Int { 1 << 20 }
 
+    /// Memory for a flat copy of `count` bytes, and whether it was mapped (else it came from `malloc`, when
+    /// `mmap` failed or the copy is small): ``deallocateFlat(_:_:mapped:)`` must be told which.
     @usableFromInline
-    static func allocateFlat(_ count: Int) -> UnsafeMutableRawPointer {
+    static func allocateFlat(_ count: Int) -> (memory: UnsafeMutableRawPointer, mapped: Bool) {
         if count >= populateThreshold {
             let memory = mmap(
                 nil,
@@ -414,19 +428,22 @@ public struct DispatchDataBuffer: Sendable {
                 0
             )
             if let memory, memory != MAP_FAILED {
-                return memory
+                return (memory, true)
             }
             // Fall through to malloc, which reports running out of memory the usual way.
         }
-        return Storage.allocate(count)
+        return (Storage.allocate(count), false)
     }
 
+    /// Frees what ``allocateFlat(_:)`` gave. By what it says, not by the size: a large `malloc` block can
+    /// come from the heap and be page-aligned, and `munmap` would then take part of the heap with it.
     @usableFromInline
-    static func deallocateFlat(_ memory: UnsafeMutableRawPointer, _ count: Int) {
-        if count >= populateThreshold, munmap(memory, count) == 0 {
-            return
+    static func deallocateFlat(_ memory: UnsafeMutableRawPointer, _ count: Int, mapped: Bool) {
+        if mapped {
+            munmap(memory, count)
+        } else {
+            free(memory)
         }
-        free(memory)
     }
 
     // MARK: Copying out

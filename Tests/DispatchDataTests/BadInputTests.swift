@@ -32,6 +32,25 @@ import Testing
         }
     }
 
+    @Test func concatenationPastIntMaxBytesTraps() async {
+        // Views of memory that is not there (never read): their total would wrap every later offset.
+        await #expect(processExitsWith: .failure) {
+            let huge = DispatchDataBuffer(
+                bytesNoCopy: UnsafeRawBufferPointer(start: UnsafeRawPointer(bitPattern: 0x1000), count: 1 << 62),
+                deallocator: .none
+            )
+            _ = huge + huge
+        }
+        await #expect(processExitsWith: .failure) {
+            let huge = DispatchDataBuffer(
+                bytesNoCopy: UnsafeRawBufferPointer(start: UnsafeRawPointer(bitPattern: 0x1000), count: 1 << 62),
+                deallocator: .none
+            )
+            var total = huge
+            total.append(huge)
+        }
+    }
+
     @Test func subscriptOutOfRangeTraps() async {
         // A17: d[10] traps, as in the overlay.
         await #expect(processExitsWith: .failure) {
