@@ -292,6 +292,47 @@ struct IOChannelTests {
         channel.close()
     }
 
+    /// B26: data of more regions than one `writev` takes (1,024) goes out in pieces cut at region counts
+    /// and at the high water mark, every byte once and in order, the remainder reported after each piece.
+    @Test(arguments: EngineKind.allCases)
+    func writesOfManySmallRegions(kind: EngineKind) async throws {
+        let bytes = pattern(27_000)
+        var data = DispatchDataBuffer()
+        var start = 0
+        while start < bytes.count {
+            let end = min(bytes.count, start + 1 + start % 17)
+            data.append(DispatchDataBuffer(bytes[start..<end]))
+            start = end
+        }
+        #expect(data.regions.count > 2 * 1024)
+        for highWater in [Int.max, 1000] {
+            let path = dir.file("regions")
+            let fd = FileDescriptor(rawValue: open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644))
+            defer { try? fd.close() }
+            let channel = IOChannel(
+                type: .random,
+                fileDescriptor: fd,
+                queue: WorkQueue(label: "c"),
+                engine: Engines.get(kind)
+            ) { _ in }
+            channel.setLimit(highWater: highWater)
+            channel.setLimit(lowWater: 1)
+            let recorder = Recorder()
+            channel.write(offset: 0, data: data, queue: recorder.queue, handler: recorder.handler)
+            let calls = await recorder.wait()
+            #expect(calls.last == Call(done: true, count: nil, error: nil))
+            let left = calls.dropLast().compactMap(\.count)
+            #expect(left.count >= (highWater == 1000 ? 26 : 2))
+            #expect(left == left.sorted(by: >) && left.allSatisfy { $0 > 0 && $0 < bytes.count })
+            channel.close()
+            var back = [UInt8](repeating: 0, count: bytes.count + 1)
+            let got = back.withUnsafeMutableBytes { pread(fd.rawValue, $0.baseAddress, $0.count, 0) }
+            #expect(got == bytes.count)
+            expectSameBytes(Array(back[0..<max(got, 0)]), bytes)
+        }
+        dir.cleanup()
+    }
+
     @Test(arguments: EngineKind.allCases)
     func writeErrorsReportTheUnwrittenData(kind: EngineKind) async throws {
         // ENOSPC from /dev/full: nothing written, all of it reported back (B19).
