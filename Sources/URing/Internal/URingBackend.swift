@@ -23,6 +23,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     /// `user_data` of the engine's own requests.
     private static let wakeID: UInt64 = 0
     private static let cancelAllID: UInt64 = .max
+    /// The pause before a drain asks again to cancel what is still running.
+    private static let cancelAllRetryID: UInt64 = .max - 1
     /// A linked copy's requests carry its request's ID with the step (1...9) in the top byte; the closes
     /// that free a failed copy's slots carry this tag there and the lane below.
     private static let stepShift: UInt64 = 56
@@ -57,6 +59,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     /// The eventfd the ring thread waits on, or -1 when it waits on `wakeWord`.
     private let wakeFD: CInt
     private let wakeBuffer: UnsafeMutablePointer<UInt64>
+    /// 1 ms: how long a drain waits before asking again to cancel requests running in io_uring's workers.
+    private let retryPause: UnsafeMutablePointer<__kernel_timespec>
     private let wakeWord: UnsafeMutablePointer<UInt32>
     private let enableOnRingThread: Bool
     private let nextID = Atomic<UInt64>(1)
@@ -147,6 +151,16 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
                         description: "io_uring lacks NODROP, RW_CUR_POS or FAST_POLL (kernel too old)"
                     )
                 }
+                // Timeouts use IORING_TIMEOUT_BOOTTIME (5.15) and shutdown's drain IORING_ASYNC_CANCEL_ANY
+                // (5.19), neither of which a probe can see: older kernels refuse both with EINVAL, every
+                // timeout fails and shutdown waits forever, so they get the POSIX engine.
+                if !kernelAtLeast(5, 19) {
+                    io_uring_queue_exit(ring)
+                    ring.deallocate()
+                    throw EngineUnavailable(
+                        description: "io_uring on a kernel older than 5.19 (no IORING_ASYNC_CANCEL_ANY)"
+                    )
+                }
                 features = params.features
                 ready = true
                 break
@@ -207,6 +221,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         wakeFD = efd
         wakeBuffer = .allocate(capacity: 1)
         wakeBuffer.initialize(to: 0)
+        retryPause = .allocate(capacity: 1)
+        retryPause.initialize(to: __kernel_timespec(tv_sec: 0, tv_nsec: 1_000_000))
         wakeWord = .allocate(capacity: 1)
         wakeWord.initialize(to: 0)
         descriptorsOpen = Atomic(futexWake ? 1 : 2)
@@ -225,6 +241,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     deinit {
         ring.deallocate()
         wakeBuffer.deallocate()
+        retryPause.deallocate()
         wakeWord.deallocate()
         // Not right after the wait: sem_post may still touch the semaphore after it has woken the waiter.
         sem_destroy(started)
@@ -332,6 +349,12 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
 
         func reap() {
             while true {
+                if !stashed.isEmpty {
+                    var taken: [(UInt64, Int32)] = []
+                    swap(&taken, &stashed)
+                    for (id, res) in taken { handle(id, res) }
+                    continue
+                }
                 let count = Int(io_uring_peek_batch_cqe(ring, cqes, UInt32(capacity)))
                 if count == 0 { return }
                 // Copy the results out and free the CQ slots before any handler runs.
@@ -343,7 +366,19 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
                 for index in 0..<count { handle(results[index].0, results[index].1) }
             }
         }
-        self.reapAll = reap
+        // Takes completions off the ring without handling them, for `nextSQE` in the middle of a handler.
+        func stash() {
+            while true {
+                let count = Int(io_uring_peek_batch_cqe(ring, cqes, UInt32(capacity)))
+                if count == 0 { return }
+                for index in 0..<count {
+                    let cqe = cqes[index]!.pointee
+                    stashed.append((cqe.user_data, cqe.res))
+                }
+                io_uring_cq_advance(ring, UInt32(count))
+            }
+        }
+        self.stashAll = stash
 
         while true {
             while !local.isEmpty {
@@ -360,7 +395,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             if stop && !draining { beginDrain() }
             if draining && inFlight.isEmpty && !wakeArmed && !cancelAllPending { break }
 
-            var wait: UInt32 = local.isEmpty ? 1 : 0
+            // (Completions stashed to make room are handled by the reap below: no waiting for more.)
+            var wait: UInt32 = local.isEmpty && stashed.isEmpty ? 1 : 0
             if wait == 1 && !draining {
                 sleeping.store(true, ordering: .sequentiallyConsistent)
                 if handoff.withLock({ !incoming.isEmpty || stopping }) {
@@ -377,14 +413,18 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             }
             reap()
         }
-        reapAll = nil
+        stashAll = nil
         io_uring_queue_exit(ring)
         if wakeFD >= 0 { Glibc.close(wakeFD) }
         descriptorsOpen.store(0, ordering: .releasing)
     }
 
-    /// Reaps and handles completions; set while the ring thread runs, so that `nextSQE` can make room.
-    private var reapAll: (() -> Void)?
+    /// Moves completions from the ring to `stashed`; set while the ring thread runs, so that `nextSQE` can
+    /// make room. It must not handle them: `nextSQE` runs inside handlers (a re-armed wait, a failed copy's
+    /// closes), and handling there re-entered the reap, whose batch of results the inner one overwrote.
+    private var stashAll: (() -> Void)?
+    /// Completions taken off the ring to make room and not yet handled; the next reap handles them first.
+    private var stashed: [(UInt64, Int32)] = []
 
     private func armWake() {
         let sqe = nextSQE()
@@ -412,6 +452,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     }
 
     private func cancelUnsubmitted(_ request: Request) {
+        // A request between two steps is still counted in flight: the drain waits for that to empty.
+        inFlight[request.id] = nil
         request.handler(IOCompletion(result: request.progress, error: .canceled))
     }
 
@@ -421,7 +463,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             if let sqe = io_uring_get_sqe(ring) { return sqe }
             let rc = io_uring_submit(ring)
             // EBUSY: the completion queue overflowed and wants reaping before more submissions.
-            if rc == -EBUSY || rc == -EAGAIN { reapAll?() }
+            if rc == -EBUSY || rc == -EAGAIN { stashAll?() }
         }
     }
 
@@ -440,7 +482,19 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         }
         if id == Self.cancelAllID {
             cancelAllPending = false
-            // Anything the kernel could not cancel yet (EALREADY) is asked again until it is gone.
+            // Anything the kernel could not cancel yet (EALREADY: running in a worker) is asked again until
+            // it is gone, after a pause: asked again at once, the ring thread spun for as long as the
+            // request ran (an fsync, a large offloaded read).
+            if draining && !inFlight.isEmpty {
+                let sqe = nextSQE()
+                io_uring_prep_timeout(sqe, retryPause, 0, 0)
+                io_uring_sqe_set_data64(sqe, Self.cancelAllRetryID)
+                cancelAllPending = true
+            }
+            return
+        }
+        if id == Self.cancelAllRetryID {
+            cancelAllPending = false
             if draining && !inFlight.isEmpty {
                 let sqe = nextSQE()
                 io_uring_prep_cancel64(sqe, 0, CInt(IORING_ASYNC_CANCEL_ANY))
@@ -457,7 +511,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             request.readinessEvents = 0
             if res < 0 {
                 finish(request, IOCompletion(result: request.progress, error: Errno(rawValue: -res)))
-            } else if request.cancelRequested {
+            } else if request.cancelRequested || draining {
                 finish(request, IOCompletion(result: request.progress, error: .canceled))
             } else {
                 local.append(request)
@@ -578,7 +632,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         while io_uring_sq_space_left(ring) < 9 {
             let rc = io_uring_submit(ring)
             if rc == -EBUSY || rc == -EAGAIN {
-                reapAll?()
+                stashAll?()
             } else if rc < 0 && rc != -EINTR {
                 preconditionFailure("io_uring_enter failed: \(Errno(rawValue: -rc))")
             }
