@@ -575,10 +575,17 @@ private final class StepwiseCopy: @unchecked Sendable {
         if copy.keepsOpen && outcome == .copied {
             return handler(.copiedOpen(source: sourceFD, destination: destinationFD))
         }
-        engine.close(sourceFD) { [self] _ in
+        // An engine shut down meanwhile refuses a close (ESHUTDOWN) without closing anything: the descriptor
+        // is still the copy's to close.
+        engine.close(sourceFD) { [self] closed in
+            if closed.error == .socketShutdown { Glibc.close(sourceFD) }
             guard destinationFD >= 0 else { return handler(outcome) }
             engine.close(destinationFD) { [self] closed in
-                if let error = closed.error, outcome == .copied { outcome = .failed(.closeDestination, error) }
+                if closed.error == .socketShutdown {
+                    Glibc.close(destinationFD)
+                } else if let error = closed.error, outcome == .copied {
+                    outcome = .failed(.closeDestination, error)
+                }
                 handler(outcome)
             }
         }
