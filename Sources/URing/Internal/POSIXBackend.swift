@@ -237,6 +237,16 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                 request.handler(completion)
                 return
             case .again:
+                // A cancel that came during the last piece ends the request here, as on io_uring.
+                let cancelled = lock.withLock { () -> Bool in
+                    guard request.cancelRequested else { return false }
+                    running[request.id] = nil
+                    return true
+                }
+                if cancelled {
+                    request.handler(IOCompletion(result: request.progress, error: .canceled))
+                    return
+                }
                 continue
             case .awaitReadiness(let events):
                 park(request, fd: request.op.transferDescriptor!, events: events)
@@ -424,14 +434,31 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                 let wanted = request.readinessEvents
                 if revents & (wanted | always) != 0 {
                     parked[id] = nil
-                    ready.append((request, revents & (wanted | always)))
+                    // A transfer goes back to the run queue in this same hold of the lock: between two, a
+                    // cancel found it nowhere (ENOENT), and it went on and parked again uncancelled.
+                    if case .pollAdd = request.op {
+                        ready.append((request, revents & (wanted | always)))
+                    } else if stopping {
+                        ready.append((request, 0))
+                    } else {
+                        request.readinessEvents = 0
+                        request.readyHint = true
+                        runQueue.push(request)
+                        pthread_cond_signal(workAvailable)
+                    }
                 } else {
                     rest.append(id)
                 }
             }
             reregister(fd, waiters: rest)
         }
-        for (request, events) in ready { becameReady(request, revents: events) }
+        for (request, events) in ready {
+            if case .pollAdd = request.op {
+                request.handler(IOCompletion(result: Int(events)))
+            } else {
+                request.handler(IOCompletion(result: request.progress, error: .canceled))
+            }
+        }
     }
 
     /// Points the epoll registration of `fd` at what `waiters` still wait for, or removes it. Lock held.
