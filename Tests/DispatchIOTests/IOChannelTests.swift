@@ -623,20 +623,28 @@ struct IOChannelTests {
         #expect(cleanedValue == nil)
     }
 
-    /// B51: on a pipe a short read is not the end; a read of a finite length goes on until it has all.
-    @Test(arguments: EngineKind.allCases)
-    func finitePipeReadCollectsShortReads(kind: EngineKind) async throws {
+    /// A stream channel on the read end of a new pipe, whose two ends the caller closes.
+    private func streamChannelOnAPipe(
+        _ kind: EngineKind
+    ) -> (channel: IOChannel, pipe: (read: FileDescriptor, write: FileDescriptor)) {
         let pipe = makePipe()
-        defer {
-            try? pipe.read.close()
-            try? pipe.write.close()
-        }
         let channel = IOChannel(
             type: .stream,
             fileDescriptor: pipe.read,
             queue: WorkQueue(label: "c"),
             engine: Engines.get(kind)
         ) { _ in }
+        return (channel, pipe)
+    }
+
+    /// B51: on a pipe a short read is not the end; a read of a finite length goes on until it has all.
+    @Test(arguments: EngineKind.allCases)
+    func finitePipeReadCollectsShortReads(kind: EngineKind) async throws {
+        let (channel, pipe) = streamChannelOnAPipe(kind)
+        defer {
+            try? pipe.read.close()
+            try? pipe.write.close()
+        }
         let recorder = Recorder()
         channel.read(offset: 0, length: 6, queue: recorder.queue, handler: recorder.handler)
         _ = try pipe.write.writeAll(Array("abc".utf8))
@@ -651,17 +659,11 @@ struct IOChannelTests {
 
     @Test(arguments: EngineKind.allCases)
     func strictIntervalDeliversEvenNothing(kind: EngineKind) async throws {
-        let pipe = makePipe()
+        let (channel, pipe) = streamChannelOnAPipe(kind)
         defer {
             try? pipe.read.close()
             try? pipe.write.close()
         }
-        let channel = IOChannel(
-            type: .stream,
-            fileDescriptor: pipe.read,
-            queue: WorkQueue(label: "c"),
-            engine: Engines.get(kind)
-        ) { _ in }
         channel.setInterval(interval: .milliseconds(20), flags: .strictInterval)
         let recorder = Recorder()
         channel.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
@@ -677,17 +679,11 @@ struct IOChannelTests {
     /// a stalled one on the same stream still ticks, which is how a caller sees that nothing moves.
     @Test(arguments: EngineKind.allCases)
     func strictIntervalTicksWhileQueued(kind: EngineKind) async throws {
-        let pipe = makePipe()
+        let (channel, pipe) = streamChannelOnAPipe(kind)
         defer {
             try? pipe.read.close()
             try? pipe.write.close()
         }
-        let channel = IOChannel(
-            type: .stream,
-            fileDescriptor: pipe.read,
-            queue: WorkQueue(label: "c"),
-            engine: Engines.get(kind)
-        ) { _ in }
         let first = Recorder()
         channel.read(offset: 0, length: 10, queue: first.queue, handler: first.handler)
         channel.setInterval(interval: .milliseconds(20), flags: .strictInterval)
