@@ -202,8 +202,8 @@ public final class IOChannel: Sendable {
     ///   (B17); `(true, nil, error)` on an error, after a `(false, data, nil)` call with anything buffered
     ///   (B18). A closed or stopped channel, or one whose file failed, gives only the final call.
     ///
-    /// A zero-length read completes at once with `(true, empty, nil)`, or `(true, nil, ECANCELED)` on a closed
-    /// channel (B12).
+    /// A zero-length read completes at once with `(true, empty, nil)`, or `(true, nil, error)` on a closed
+    /// channel (ECANCELED) or one whose file failed (B12).
     ///
     /// - Parameters:
     ///   - offset: For a random channel, the position relative to the descriptor's position when the
@@ -219,8 +219,8 @@ public final class IOChannel: Sendable {
         handler: @escaping @Sendable (_ done: Bool, _ data: DispatchDataBuffer?, _ error: Errno?) -> Void
     ) {
         if length == 0 {
-            // A closed channel refuses it first, as any other (B28).
-            let refusal = core.refusal
+            // A closed channel, or one whose file failed, refuses it first, as any other (B28, B2).
+            let refusal = zeroLengthRefusal
             queue.async { handler(true, refusal == nil ? DispatchDataBuffer() : nil, refusal) }
             return
         }
@@ -244,8 +244,9 @@ public final class IOChannel: Sendable {
     /// - then exactly one final call: `(true, nil, nil)` when everything was written; `(true, remaining,
     ///   error)` on an error, with exactly the data that was not written (all of it if nothing was).
     ///
-    /// Empty data completes at once with `(true, nil, nil)`, or `(true, data, ECANCELED)` on a closed channel
-    /// (B12). The data's regions go to the kernel as they are (`writev`); nothing is copied.
+    /// Empty data completes at once with `(true, nil, nil)`, or `(true, data, error)` on a closed channel
+    /// (ECANCELED) or one whose file failed (B12). The data's regions go to the kernel as they are
+    /// (`writev`); nothing is copied.
     ///
     /// - Parameters:
     ///   - offset: As for ``read(offset:length:queue:handler:)``; the data must also end within a file's 63-bit
@@ -260,7 +261,7 @@ public final class IOChannel: Sendable {
         handler: @escaping @Sendable (_ done: Bool, _ data: DispatchDataBuffer?, _ error: Errno?) -> Void
     ) {
         if data.isEmpty {
-            let refusal = core.refusal
+            let refusal = zeroLengthRefusal
             queue.async { handler(true, refusal == nil ? nil : data, refusal) }
             return
         }
@@ -273,6 +274,12 @@ public final class IOChannel: Sendable {
             handler: handler
         )
         submit(operation, invalid: !isRepresentable(offset: offset, length: data.count))
+    }
+
+    /// What a zero-length operation fails with: as libdispatch, the channel's state comes before the
+    /// length (closed: ECANCELED; a bad descriptor or a failed path: its error, once known).
+    private var zeroLengthRefusal: Errno? {
+        core.refusal ?? core.entry.lock.withLock { core.operationFailure }
     }
 
     /// Whether a random channel's `offset` (and the `length` bytes from it) lies within a file's 63-bit

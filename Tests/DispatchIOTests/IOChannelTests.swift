@@ -161,6 +161,23 @@ struct IOChannelTests {
         let closedWrite = Recorder()
         channel.write(offset: 0, data: DispatchDataBuffer(), queue: closedWrite.queue, handler: closedWrite.handler)
         #expect(await closedWrite.wait() == [Call(done: true, count: 0, error: .canceled)])
+        // B2 before B12: a channel on a descriptor that is not open refuses them with EBADF.
+        let pipe = makePipe()
+        try pipe.read.close()
+        try pipe.write.close()
+        let bad = IOChannel(
+            type: .stream,
+            fileDescriptor: pipe.read,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
+        let badRead = Recorder()
+        bad.read(offset: 0, length: 0, queue: badRead.queue, handler: badRead.handler)
+        #expect(await badRead.wait() == [Call(done: true, count: nil, error: .badFileDescriptor)])
+        let badWrite = Recorder()
+        bad.write(offset: 0, data: DispatchDataBuffer(), queue: badWrite.queue, handler: badWrite.handler)
+        #expect(await badWrite.wait() == [Call(done: true, count: 0, error: .badFileDescriptor)])
+        bad.close()
     }
 
     // MARK: Offsets (B8, B10)
