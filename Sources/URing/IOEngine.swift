@@ -575,13 +575,14 @@ private final class StepwiseCopy: @unchecked Sendable {
         if copy.keepsOpen && outcome == .copied {
             return handler(.copiedOpen(source: sourceFD, destination: destinationFD))
         }
-        // An engine shut down meanwhile refuses a close (ESHUTDOWN) without closing anything: the descriptor
-        // is still the copy's to close.
+        // An engine shut down meanwhile refuses a close (ESHUTDOWN), or drops it unrun (ECANCELED, which a
+        // close that ran never gives), without closing anything: the descriptor is still the copy's.
+        let refused: @Sendable (IOCompletion) -> Bool = { $0.error == .socketShutdown || $0.error == .canceled }
         engine.close(sourceFD) { [self] closed in
-            if closed.error == .socketShutdown { Glibc.close(sourceFD) }
+            if refused(closed) { Glibc.close(sourceFD) }
             guard destinationFD >= 0 else { return handler(outcome) }
             engine.close(destinationFD) { [self] closed in
-                if closed.error == .socketShutdown {
+                if refused(closed) {
                     Glibc.close(destinationFD)
                 } else if let error = closed.error, outcome == .copied {
                     outcome = .failed(.closeDestination, error)
