@@ -544,6 +544,11 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             return
         }
         if case .linkedCopy(let copy) = request.op { return prepareCopy(request, copy) }
+        // Cancelled between two steps by a cancel prepared before this step (from a handler on this thread,
+        // in the same batch): the kernel's cancel found nothing, so it ends here.
+        if request.cancelRequested {
+            return finish(request, IOCompletion(result: request.progress, error: .canceled))
+        }
         let sqe = nextSQE()
         inFlight[request.id] = request
         defer {
