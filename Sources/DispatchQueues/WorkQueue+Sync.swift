@@ -63,7 +63,8 @@ extension WorkQueue {
     /// The main thread before (or without) ``dispatchMain()``, in a block or not: a `sync` whose chain ends
     /// at the main queue could only be run by this very thread, so it would wait forever (SEMANTICS C4).
     private func checkNotMainThreadOntoMain(context: ThreadContext, operation: String) {
-        guard isCustom, !context.isMainDrainer else { return }
+        // The thread first (cached per thread): on a worker the chain need not be walked at all.
+        guard isCustom, !context.isMainDrainer, context.isProcessMainThread else { return }
         var cursor: WorkQueue? = self
         var reachesMain = false
         while let queue = cursor {
@@ -73,7 +74,7 @@ extension WorkQueue {
             }
             cursor = queue.currentTarget
         }
-        guard reachesMain, context.isProcessMainThread, !MainRunner.shared.hasDrainer else { return }
+        guard reachesMain, !MainRunner.shared.hasDrainer else { return }
         misuse(
             "WorkQueue.\(operation) onto queue '\(label)', which runs on the main queue, from the main thread before dispatchMain(): this would deadlock"
         )
