@@ -347,7 +347,20 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             }
             if rc != 0 {
                 // EPERM: files epoll cannot watch (regular files, /dev/zero) are always ready, as poll(2) says.
-                if errno == EPERM { readyNow = true } else { failure = errno }
+                // A transfer goes straight back to the run queue in this hold of the lock, so that a cancel
+                // always finds it somewhere.
+                if errno != EPERM {
+                    failure = errno
+                } else if case .pollAdd = request.op {
+                    readyNow = true
+                } else if stopping {
+                    failure = ECANCELED
+                } else {
+                    request.readinessEvents = 0
+                    request.readyHint = true
+                    runQueue.push(request)
+                    pthread_cond_signal(workAvailable)
+                }
                 return
             }
             registered.insert(fd)
