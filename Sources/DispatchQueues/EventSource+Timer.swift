@@ -30,6 +30,10 @@ extension EventSource {
         makeTimerSource(flags: flags, queue: queue, engine: .shared)
     }
 
+    /// Fires and `asyncAfter` blocks waiting in the shared timer scheduler, including fires of rescheduled
+    /// timer sources not yet swept out (for the package's tests).
+    package static var pendingSharedTimers: Int { TimerScheduler.shared.pendingCount }
+
     package static func makeTimerSource(flags: TimerFlags = [], queue: WorkQueue?, engine: IOEngine) -> EventSource {
         sourceRequire(
             flags.rawValue & ~TimerFlags.strict.rawValue == 0,

@@ -217,6 +217,27 @@ struct EventSourceTimerTests {
         }
     }
 
+    // D26: a timer source rescheduled again and again (a watchdog pushed back on every event) does not
+    // leave one waiting fire per reschedule in the shared scheduler until each one's time.
+    @Test("rescheduling does not pile up waiting fires")
+    func reschedulingDoesNotPileUp() {
+        let source = EventSource.makeTimerSource()
+        let fired = Atomic<Int>(0)
+        source.setEventHandler { fired.wrappingAdd(1, ordering: .relaxed) }
+        source.schedule(deadline: .now + .seconds(60))
+        source.activate()
+        let before = EventSource.pendingSharedTimers
+        for _ in 0..<20_000 { source.schedule(deadline: .now + .seconds(60)) }
+        let added = EventSource.pendingSharedTimers - before
+        // Other suites' timers (their entries count as live) let at most as many stale ones stay.
+        #expect(
+            added <= max(2 * 1024, before) + 16,
+            "\(added) fires waiting after 20,000 reschedules of one source (\(before) before)"
+        )
+        #expect(fired.load(ordering: .relaxed) == 0)
+        cancelAndWait(source)
+    }
+
     // C21-style check for sources: many timers, none early.
     @Test("500 one-shot timer sources, none early")
     func manyTimers() {

@@ -357,6 +357,14 @@ final class SourceCore: QueueJob, @unchecked Sendable {
         lock.unlock()
     }
 
+    /// Whether a fire of `generation` would be ignored (see ``timerFired(generation:)``). Takes the source's
+    /// lock: the timer scheduler asks with its own held, and never the other way round.
+    func isStaleTimer(generation: UInt64) -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return timer.generation != generation || cancelled.load(ordering: .relaxed)
+    }
+
     /// A fire of generation `generation`, on `queue`: counts the fires due, schedules the next one, and
     /// delivers (D11, D26).
     func timerFired(generation: UInt64) {
@@ -415,6 +423,12 @@ final class TimerFireJob: QueueJob, @unchecked Sendable {
 
     func run() {
         core?.timerFired(generation: generation)
+    }
+
+    /// Whether the fire can only be ignored now: its source rescheduled, was cancelled, or is gone.
+    var isStale: Bool {
+        guard let core else { return true }
+        return core.isStaleTimer(generation: generation)
     }
 }
 

@@ -72,11 +72,24 @@ final class TimerScheduler: @unchecked Sendable {
     private var armedFireAt: ContinuousClock.Instant?
     private var armedID: OperationID?
     private var generation: UInt64 = 0
+    /// Entries added since the heap was last swept of timer-source fires that can only be ignored.
+    private var pushedSinceSweep = 0
+
+    /// A timer source that is rescheduled leaves its old fire in the heap until that fire's time (a
+    /// watchdog pushed back 60 s on every event kept one entry per event for a minute). Once the entries
+    /// added since the last sweep are half the heap, and it holds this many, the stale ones are swept
+    /// out: O(n) every n/2 additions, and stale entries stay fewer than live ones plus this many.
+    static let sweepThreshold = 1024
+
+    /// Entries waiting, stale ones included (for tests).
+    var pendingCount: Int { lock.withLock { heap.count } }
 
     private var lead: Duration { .nanoseconds(leadNanos.load(ordering: .relaxed)) }
 
     func schedule(_ work: Work, on queue: WorkQueue, deadline: ContinuousClock.Instant, leeway: Duration) {
         lock.lock()
+        pushedSinceSweep += 1
+        if heap.count >= Self.sweepThreshold && 2 * pushedSinceSweep >= heap.count { sweep() }
         sequence &+= 1
         let fireAt = deadline + max(leeway, .zero)
         push(Entry(fireAt: fireAt, deadline: deadline, sequence: sequence, queue: queue, work: work))
@@ -162,6 +175,19 @@ final class TimerScheduler: @unchecked Sendable {
         }
     }
 
+    /// Drops the fires of timer sources that can only be ignored, and rebuilds the heap. Lock held. An
+    /// engine timeout armed for a dropped entry fires into an empty slot and re-arms for the new first.
+    private func sweep() {
+        pushedSinceSweep = 0
+        let before = heap.count
+        heap.removeAll { entry in
+            if case .job(let job) = entry.work, let fire = job as? TimerFireJob { return fire.isStale }
+            return false
+        }
+        guard heap.count != before, heap.count > 1 else { return }
+        for index in stride(from: heap.count / 2 - 1, through: 0, by: -1) { siftDown(from: index) }
+    }
+
     private func push(_ entry: Entry) {
         heap.append(entry)
         var child = heap.count - 1
@@ -177,7 +203,12 @@ final class TimerScheduler: @unchecked Sendable {
         let last = heap.count - 1
         heap.swapAt(0, last)
         let top = heap.removeLast()
-        var parent = 0
+        siftDown(from: 0)
+        return top
+    }
+
+    private func siftDown(from start: Int) {
+        var parent = start
         while true {
             let left = 2 * parent + 1
             guard left < heap.count else { break }
@@ -187,7 +218,6 @@ final class TimerScheduler: @unchecked Sendable {
             heap.swapAt(parent, smallest)
             parent = smallest
         }
-        return top
     }
 }
 
