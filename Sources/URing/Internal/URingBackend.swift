@@ -511,7 +511,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             request.readinessEvents = 0
             if res < 0 {
                 finish(request, IOCompletion(result: request.progress, error: Errno(rawValue: -res)))
-            } else if request.cancelRequested || draining {
+            } else if draining {
                 finish(request, IOCompletion(result: request.progress, error: .canceled))
             } else {
                 local.append(request)
@@ -521,10 +521,9 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         switch request.step(after: Int(res)) {
         case .complete(let completion): finish(request, completion)
         case .again:
-            draining || request.cancelRequested
-                ? finish(request, IOCompletion(result: request.progress, error: .canceled)) : local.append(request)
+            draining ? finish(request, IOCompletion(result: request.progress, error: .canceled)) : local.append(request)
         case .awaitReadiness(let events):
-            if draining || request.cancelRequested {
+            if draining {
                 finish(request, IOCompletion(result: request.progress, error: .canceled))
             } else {
                 request.readinessEvents = events
@@ -544,8 +543,9 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             return
         }
         if case .linkedCopy(let copy) = request.op { return prepareCopy(request, copy) }
-        // Cancelled between two steps by a cancel prepared before this step (from a handler on this thread,
-        // in the same batch): the kernel's cancel found nothing, so it ends here.
+        // Cancelled between two steps (a short transfer to resubmit, a readiness poll to arm or a transfer
+        // back from one): the kernel's cancel found nothing, so it ends here, the one place every next
+        // step goes through.
         if request.cancelRequested {
             return finish(request, IOCompletion(result: request.progress, error: .canceled))
         }
