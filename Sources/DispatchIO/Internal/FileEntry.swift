@@ -223,9 +223,13 @@ final class FileEntry: @unchecked Sendable {
         for action in actions { action() }
     }
 
-    /// An operation was made on one of this entry's channels; it ends with ``finalCallReturned()``.
-    func operationCreated() {
-        lock.withLock { finalCallsPending += 1 }
+    /// An operation was made on one of this entry's channels; it ends with ``finalCallReturned()``. Returns
+    /// the file's kind, which the operation would otherwise take the lock again to read.
+    func operationCreated() -> FileKind? {
+        lock.withLock {
+            finalCallsPending += 1
+            return kind
+        }
     }
 
     /// An operation's final handler call has returned: the entry may be given up now (B4).

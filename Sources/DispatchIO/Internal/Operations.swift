@@ -39,8 +39,11 @@ class IOOperation: @unchecked Sendable {
         self.entry = channel.entry
         self.settings = settings
         self.handlerQueue = queue.isSerial ? queue : WorkQueue(label: "io.opq", target: queue)
-        entry.operationCreated()
+        kindAtCreation = entry.operationCreated()
     }
+
+    /// The entry's file kind when the operation was made (nil until a path is validated).
+    let kindAtCreation: FileKind?
 
     /// Queues the final handler call; once it has returned, the entry may be given up (B4).
     func deliverFinal(_ call: @escaping @Sendable () -> Void) {
@@ -357,14 +360,13 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
         let count = data?.count ?? 0
         outstanding += count
         let handler = self.handler
-        handlerQueue.async { [self] in
+        let call: @Sendable () -> Void = { [self] in
             handler(done, data, error)
-            if count > 0 {
-                lock.withLock { outstanding -= count }
-                progress()
-            }
-            if done { entry.finalCallReturned() }
+            guard count > 0 else { return }
+            lock.withLock { outstanding -= count }
+            progress()
         }
+        if done { deliverFinal(call) } else { handlerQueue.async(execute: call) }
     }
 
     // MARK: Interval (B27)
@@ -424,7 +426,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         self.handler = handler
         super.init(channel: channel, settings: settings, queue: queue)
         // Descriptor channels know their file at once; a path channel's writes are not counted.
-        countsInBacklog = entry.lock.withLock { entry.kind == .regular }
+        countsInBacklog = kindAtCreation == .regular
         if countsInBacklog { WriteBacklog.shared.add(data.count) }
     }
 
