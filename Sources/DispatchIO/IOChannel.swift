@@ -355,9 +355,14 @@ public final class IOChannel: Sendable {
         }
     }
 
-    /// Delivers at least every `interval` for operations submitted afterwards (B27): with
-    /// `.strictInterval`, whatever was read since the last call, even nothing; without it, only what has
-    /// reached the low water mark. `.zero` turns it off.
+    /// Calls the handlers of operations submitted afterwards at least every `interval` (B27), from when
+    /// each is queued until it ends, on its handler queue.
+    ///
+    /// With `.strictInterval` every tick calls the handler, `done` false: a read receives whatever was read
+    /// since its last call, even nothing; a write receives the bytes it has still to write, the same ones
+    /// again if none moved. Without it a tick calls only once what was read, or written, since the last call
+    /// reaches the low water mark, which the call after each system call has then already made. `.zero`
+    /// turns it off.
     public func setInterval(interval: Duration, flags: IntervalFlags = []) {
         core.update { settings in
             settings.interval = interval > .zero ? interval : nil

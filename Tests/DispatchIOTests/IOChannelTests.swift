@@ -714,6 +714,53 @@ struct IOChannelTests {
         #expect(await queued.wait().last == Call(done: true, count: nil, error: .canceled))
     }
 
+    /// B27 for a write: each strict tick reports what is still to be written, the same bytes again when
+    /// nothing moved (a pipe nobody reads), and the final call after a stop hands back exactly those bytes.
+    @Test(arguments: EngineKind.allCases)
+    func strictIntervalTicksReportAStalledWrite(kind: EngineKind) async throws {
+        let pipe = makePipe()
+        defer {
+            try? pipe.read.close()
+            try? pipe.write.close()
+        }
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: pipe.write,
+            queue: WorkQueue(label: "c"),
+            engine: Engines.get(kind)
+        ) { _ in }
+        // Writes of 16 KiB (B26) fill the pipe and complete; the one after them waits in the kernel. (The
+        // low water mark follows the high one down (B22), so each completed write reports too.)
+        channel.setLimit(highWater: 16 << 10)
+        channel.setInterval(interval: .milliseconds(20), flags: .strictInterval)
+        let bytes = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let recorder = Recorder()
+        channel.write(offset: 0, data: DispatchDataBuffer(bytes), queue: recorder.queue, handler: recorder.handler)
+        // A write's own reports shrink each time; three equal calls in a row are ticks.
+        func stalledTicks() -> [Call]? {
+            let calls = recorder.soFar.suffix(3)
+            guard calls.count == 3, let first = calls.first, calls.allSatisfy({ $0 == first }) else { return nil }
+            return Array(calls)
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while stalledTicks() == nil && ContinuousClock.now < deadline { await settle(Engines.get(kind)) }
+        let ticks = try #require(stalledTicks())
+        let unwritten = try #require(ticks[0].count)
+        #expect(ticks[0].done == false && ticks[0].error == nil)
+        #expect(unwritten > 0 && unwritten < bytes.count)
+        channel.close(flags: .stop)
+        #expect(await recorder.wait().last == Call(done: true, count: unwritten, error: .canceled))
+        // What the ticks called unwritten is exactly what the pipe did not take.
+        var received: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 1 << 16)
+        // Non-blocking, so that a pipe holding less than expected ends the loop instead of hanging it.
+        _ = fcntl(pipe.read.rawValue, F_SETFL, O_NONBLOCK)
+        while let n = try? chunk.withUnsafeMutableBytes({ try pipe.read.read(into: $0) }), n > 0 {
+            received += chunk[..<n]
+        }
+        expectSameBytes(received, Array(bytes[..<(bytes.count - unwritten)]))
+    }
+
     @Test(arguments: EngineKind.allCases)
     func pingPongOverPipes(kind: EngineKind) async throws {
         let engine = Engines.get(kind)

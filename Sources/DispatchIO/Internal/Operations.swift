@@ -566,4 +566,29 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
             handlerQueue.async { handler(done, data, error) }
         }
     }
+
+    // MARK: Interval (B27)
+
+    /// The interval runs from here, as a read's does: a write queued behind a stalled one ticks too.
+    override func queued() { armIntervalTimer() }
+
+    /// A tick reports what is still to be written, as the per-chunk rule does (B26): with
+    /// `.strictInterval` every time, even when nothing moved since the last call (a write into a pipe
+    /// nobody reads shows the same bytes again); without it only once the bytes written since the last
+    /// report reach the low water mark, which the rule after each chunk has then already done.
+    private func armIntervalTimer() {
+        guard let interval = settings.interval, interval > .zero else { return }
+        let deadline = ContinuousClock.now + interval
+        entry.engine.timeout(deadline: deadline) { [self] _ in
+            let again = lock.withLock { () -> Bool in
+                guard !ended && !finalDelivered else { return false }
+                if settings.strictInterval || (sinceReport > 0 && sinceReport >= max(settings.lowWater, 1)) {
+                    sinceReport = 0
+                    deliver(done: false, data: remaining, error: nil)
+                }
+                return true
+            }
+            if again { armIntervalTimer() }
+        }
+    }
 }
