@@ -277,6 +277,9 @@ package final class IOEngine: Sendable {
     /// its writer for a reader. io_uring first tries an open inline with `O_NONBLOCK` added, which opens a
     /// FIFO for reading at once with no writer (and for writing fails with `ENXIO`), so such opens go
     /// straight to the kernel's workers (`IOSQE_ASYNC`), as one with `O_CREAT` or `O_TRUNC` always does.
+    /// A cancel, or ``shutdown()``, ends a waiting open with `ECANCELED`: io_uring interrupts its worker;
+    /// the POSIX engine cannot interrupt the call, so it gives the thread up (and replaces it), and that
+    /// thread closes the descriptor if the open ever returns one.
     @discardableResult
     package func openat(
         _ directory: CInt = AT_FDCWD,

@@ -250,6 +250,68 @@ struct EngineTests {
         }
     }
 
+    /// An open waiting for a FIFO's writer can be cancelled, and an engine shuts down while one waits: the
+    /// POSIX engine cannot interrupt the system call, so it completes the open with ECANCELED and leaves the
+    /// thread behind (the engine's shutdown used to wait for a writer that never came).
+    @Test(arguments: EngineKind.allCases)
+    func aWaitingOpenIsCancelledAndDoesNotHoldUpShutdown(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let fifo = dir.file("fifo")
+        try #require(mkfifo(fifo, 0o600) == 0)
+        let engine = try IOEngine(kind: kind)
+        let before = threadsWaitingForAFIFOPeer()
+        let cancelled = Pending { engine.openat(path: FilePath(fifo), flags: O_RDONLY, then: $0) }
+        await waitForThreadsWaitingForAFIFOPeer(before + 1)
+        engine.cancel(try #require(cancelled.id)) { _ in }
+        #expect(await cancelled.value.error == .canceled)
+
+        // The POSIX engine's first open still waits, given up; io_uring's was interrupted.
+        let stillWaiting = threadsWaitingForAFIFOPeer()
+        let waiting = Pending { engine.openat(path: FilePath(fifo), flags: O_RDONLY, then: $0) }
+        await waitForThreadsWaitingForAFIFOPeer(stillWaiting + 1)
+        let finished = await awaitCallback(.seconds(10), orElse: false) { done in
+            Thread.detach {
+                engine.shutdown()
+                done(true)
+            }
+        }
+        #expect(finished)
+        #expect(await waiting.value.error == .canceled)
+        // A writer lets the opens left waiting return; their descriptors are closed unseen.
+        let writer = Glibc.open(fifo, O_WRONLY | O_NONBLOCK | O_CLOEXEC)
+        if writer >= 0 { close(writer) }
+    }
+
+    /// Threads of this process in `open` of a FIFO that waits for its other end (`wait_for_partner`).
+    private func threadsWaitingForAFIFOPeer() -> Int {
+        guard let tasks = opendir("/proc/self/task") else { return 0 }
+        defer { closedir(tasks) }
+        var count = 0
+        while let entry = readdir(tasks) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            guard name.first?.isNumber == true else { continue }
+            let fd = Glibc.open("/proc/self/task/\(name)/wchan", O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { continue }
+            var buffer = [UInt8](repeating: 0, count: 64)
+            let n = read(fd, &buffer, buffer.count)
+            close(fd)
+            if n > 0 && String(decoding: buffer[..<n], as: UTF8.self) == "wait_for_partner" { count += 1 }
+        }
+        return count
+    }
+
+    /// Waits, for at most 10 s, until `count` threads wait in a FIFO's open: the open is then in its system
+    /// call, not queued. (Where `wchan` tells nothing, the test goes on after the 10 s.)
+    private func waitForThreadsWaitingForAFIFOPeer(_ count: Int) async {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while threadsWaitingForAFIFOPeer() < count && ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(1))
+        }
+    }
+
     @Test(arguments: EngineKind.allCases)
     func missingPathsReportENOENT(kind: EngineKind) async throws {
         try await withEngine(kind) { engine in

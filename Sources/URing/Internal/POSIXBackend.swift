@@ -34,6 +34,10 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     // Guarded by `lock`.
     private var runQueue = FIFO()
     private var running: [UInt64: Request] = [:]
+    /// The pool thread of each open in its system call. An open can wait for a peer forever (a FIFO's
+    /// reader for a writer) and no signal is sent to interrupt it, so a cancel, or shutdown, completes it
+    /// at once and leaves its thread behind, detached, to close the descriptor if the open ever returns.
+    private var openingThreads: [UInt64: pthread_t] = [:]
     private var parked: [UInt64: Request] = [:]
     private var fdWaiters: [CInt: [UInt64]] = [:]
     private var registered: Set<CInt> = []
@@ -160,6 +164,13 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             while let request = runQueue.pop() { cancelled.append(request) }
             cancelled.append(contentsOf: parked.values)
             cancelled.append(contentsOf: timerRequests.values)
+            // Opens waiting for a peer would keep their threads, and this call, waiting with them.
+            for (id, thread) in openingThreads {
+                guard let request = running[id] else { continue }
+                abandonOpen(request, thread: thread)
+                cancelled.append(request)
+            }
+            openingThreads.removeAll()
             parked.removeAll()
             timerRequests.removeAll()
             fdWaiters.removeAll()
@@ -192,13 +203,25 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                 return
             }
             running[request.id] = request
+            if case .openat = request.op { openingThreads[request.id] = pthread_self() }
             lock.unlock()
-            execute(request)
+            guard execute(request) else { return }
         }
     }
 
-    /// Runs `request` on this pool thread until it completes or parks in the reactor.
-    private func execute(_ request: Request) {
+    /// Gives up the thread of an open that waits in its system call: detached, out of the pool (shutdown
+    /// does not join it), and replaced, so the pool keeps its size. Lock held.
+    private func abandonOpen(_ request: Request, thread: pthread_t) {
+        request.abandoned = true
+        running[request.id] = nil
+        pthread_detach(thread)
+        threads.removeAll { pthread_equal($0, thread) != 0 }
+        if !stopping { threads.append(spawn { $0.poolLoop() }) }
+    }
+
+    /// Runs `request` on this pool thread until it completes or parks in the reactor. False when the request
+    /// was an open given up while it waited: the thread has been replaced in the pool, and ends.
+    private func execute(_ request: Request) -> Bool {
         while true {
             let res: Int
             switch request.op {
@@ -218,10 +241,10 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                 res = syscallResult(Int(dataOnly ? Glibc.fdatasync(fd) : Glibc.fsync(fd)))
             case .pollAdd(let fd, let events):
                 park(request, fd: fd, events: events)
-                return
+                return true
             case .timeout(let deadline):
                 addTimer(request, deadline: deadline.nanoseconds)
-                return
+                return true
             case .pollRemove(let target):
                 res = withdraw(target) { if case .pollAdd = $0 { return true } else { return false } }
             case .timeoutRemove(let target):
@@ -233,9 +256,20 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             }
             switch request.step(after: res) {
             case .complete(let completion):
-                lock.withLock { _ = running.removeValue(forKey: request.id) }
+                let abandoned = lock.withLock { () -> Bool in
+                    if case .openat = request.op {
+                        if request.abandoned { return true }
+                        openingThreads[request.id] = nil
+                    }
+                    running[request.id] = nil
+                    return false
+                }
+                if abandoned {
+                    if res >= 0 { Glibc.close(CInt(res)) }
+                    return false
+                }
                 request.handler(completion)
-                return
+                return true
             case .again:
                 // A cancel that came during the last piece ends the request here, as on io_uring.
                 let cancelled = lock.withLock { () -> Bool in
@@ -245,12 +279,12 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                 }
                 if cancelled {
                     request.handler(IOCompletion(result: request.progress, error: .canceled))
-                    return
+                    return true
                 }
                 continue
             case .awaitReadiness(let events):
                 park(request, fd: request.op.transferDescriptor!, events: events)
-                return
+                return true
             }
         }
     }
@@ -549,6 +583,10 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         let place = lock.withLock { () -> Where in
             if let request = runQueue.remove(id: target) { return .queued(request) }
             if let request = running[target] {
+                if let thread = openingThreads.removeValue(forKey: target) {
+                    abandonOpen(request, thread: thread)
+                    return .queued(request)
+                }
                 // It cannot be interrupted in its system call; it stops instead of parking.
                 request.cancelRequested = true
                 return .running

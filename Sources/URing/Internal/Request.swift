@@ -90,6 +90,9 @@ final class Request: @unchecked Sendable {
     var transferMode: UInt8 = 0
     var readyHint = false
     var cancelRequested = false
+    /// An open that was cancelled, or the engine shut down, while it waited in its system call: it has
+    /// completed with ECANCELED, and the descriptor the call may still return is closed unseen.
+    var abandoned = false
 
     /// Asks io_uring to run the operation on its worker threads (`IOSQE_ASYNC`).
     let offload: Bool

@@ -506,6 +506,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         let tag = id >> Self.stepShift
         if tag == Self.laneCleanupTag { return cleanedUp(lane: Int(id & Self.idMask)) }
         guard let request = inFlight[id & Self.idMask] else { return }
+        let res = Self.userVisible(res, cancelled: request.cancelRequested)
         if case .linkedCopy(let copy) = request.op { return handleCopy(request, copy, step: tag, res: res) }
         if request.readinessEvents != 0 {
             request.readinessEvents = 0
@@ -530,6 +531,15 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
                 local.append(request)
             }
         }
+    }
+
+    /// The kernel's internal restart codes (`ERESTARTSYS` 512 to `ERESTART_RESTARTBLOCK` 516) as a process
+    /// would see them: a request interrupted in an io_uring worker can complete with one (an `openat` of a
+    /// FIFO waiting for a writer, when cancelled, gave -512, "Unknown error 512"). One that was cancelled
+    /// ends with ECANCELED; any other was interrupted, and EINTR lets its step retry it.
+    static func userVisible(_ res: Int32, cancelled: Bool) -> Int32 {
+        guard (-516 ... -512).contains(res) else { return res }
+        return cancelled ? -ECANCELED : -EINTR
     }
 
     private func finish(_ request: Request, _ completion: IOCompletion) {
