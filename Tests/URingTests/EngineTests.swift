@@ -283,6 +283,37 @@ struct EngineTests {
         if writer >= 0 { close(writer) }
     }
 
+    /// A cancel made in a completion handler, on the ring thread, for a request another thread submitted
+    /// just before: the request was still waiting to be handed to the kernel when the cancel was, the
+    /// cancel found nothing, and the read then waited on its pipe for ever.
+    @Test(arguments: EngineKind.allCases)
+    func aCancelOvertakingItsTargetStillCancelsIt(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let pipe = Pipe()
+            defer { pipe.close() }
+            let buffer = Buffer(count: 8)
+            let target = Locked<Pending?>(nil)
+            _ = await complete { done in
+                engine.nop { completion in
+                    // On the engine's thread: another thread submits the read, and this one cancels it
+                    // before returning to the loop that hands either to the kernel.
+                    Thread.detach {
+                        let read = Pending {
+                            engine.read(pipe.read, into: buffer.slice(8), at: nil, keepAlive: buffer, then: $0)
+                        }
+                        target.withLock { $0 = read }
+                    }
+                    // The submission is an append under a lock; nothing here waits for this thread.
+                    while target.withLock({ $0 == nil }) { sched_yield() }
+                    if let id = target.withLock({ $0?.id }) { engine.cancel(id) { _ in } }
+                    done(completion)
+                }
+            }
+            let read = try #require(target.withLock { $0 })
+            #expect(await read.value.error == .canceled)
+        }
+    }
+
     /// Threads of this process in `open` of a FIFO that waits for its other end (`wait_for_partner`).
     private func threadsWaitingForAFIFOPeer() -> Int {
         guard let tasks = opendir("/proc/self/task") else { return 0 }

@@ -85,10 +85,12 @@ final class Request: @unchecked Sendable {
     var progress = 0
     /// Set while the request waits for readiness after `EAGAIN` (the poll events it waits for).
     var readinessEvents: UInt32 = 0
-    // Used by the POSIX engine only: how this descriptor is transferred, whether the reactor just found
-    // it ready, and whether a cancel arrived while the request was in a system call.
+    // Used by the POSIX engine only: how this descriptor is transferred, and whether the reactor just
+    // found it ready.
     var transferMode: UInt8 = 0
     var readyHint = false
+    /// A cancel came while the request was where the kernel's (or the POSIX engine's) cancel cannot reach
+    /// it: in a system call, between two steps, or not yet handed to the kernel. It ends at its next step.
     var cancelRequested = false
     /// An open that was cancelled, or the engine shut down, while it waited in its system call: it has
     /// completed with ECANCELED, and the descriptor the call may still return is closed unseen.

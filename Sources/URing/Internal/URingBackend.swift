@@ -451,6 +451,23 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         cancelAllPending = true
     }
 
+    /// A cancel prepared before its target: a request another thread submitted is still in `incoming`
+    /// while a cancel made on this thread (in a completion handler) goes through `local` first, and a
+    /// linked copy may wait for a lane. Marked, the target ends with ECANCELED when it is prepared, as one
+    /// cancelled between two steps; the kernel's cancel finds nothing either way.
+    private func cancelPending(_ target: UInt64) {
+        if let index = copiesWaiting.firstIndex(where: { $0.id == target }) {
+            return cancelUnsubmitted(copiesWaiting.remove(at: index))
+        }
+        if let request = local.first(where: { $0.id == target }) {
+            request.cancelRequested = true
+            return
+        }
+        handoff.withLock {
+            if let request = incoming.first(where: { $0.id == target }) { request.cancelRequested = true }
+        }
+    }
+
     private func cancelUnsubmitted(_ request: Request) {
         // A request between two steps is still counted in flight: the drain waits for that to empty.
         inFlight[request.id] = nil
@@ -552,13 +569,13 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             request.handler(IOCompletion(result: 0, error: error))
             return
         }
-        if case .linkedCopy(let copy) = request.op { return prepareCopy(request, copy) }
-        // Cancelled between two steps (a short transfer to resubmit, a readiness poll to arm or a transfer
-        // back from one): the kernel's cancel found nothing, so it ends here, the one place every next
-        // step goes through.
+        // Cancelled before it reached the kernel (see `cancelPending`), or between two steps (a short
+        // transfer to resubmit, a readiness poll to arm or a transfer back from one): the kernel's cancel
+        // found nothing, so it ends here, the one place every next step goes through.
         if request.cancelRequested {
             return finish(request, IOCompletion(result: request.progress, error: .canceled))
         }
+        if case .linkedCopy(let copy) = request.op { return prepareCopy(request, copy) }
         let sqe = nextSQE()
         inFlight[request.id] = request
         defer {
@@ -605,7 +622,11 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         case .cancel(let target):
             // A request between two steps (a short transfer being resubmitted, or one waiting to poll for
             // readiness) is not in the kernel, where the cancel would find nothing: it ends at its next step.
-            inFlight[target]?.cancelRequested = true
+            if let request = inFlight[target] {
+                request.cancelRequested = true
+            } else {
+                cancelPending(target)
+            }
             io_uring_prep_cancel64(sqe, target, 0)
         case .linkedCopy:
             preconditionFailure("linked copies are prepared by prepareCopy")
