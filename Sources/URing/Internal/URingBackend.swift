@@ -65,6 +65,11 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     private let enableOnRingThread: Bool
     private let nextID = Atomic<UInt64>(1)
     private let sleeping = Atomic<Bool>(false)
+    /// Wake-ups decided under `handoff` and not yet made. The ring thread closes its eventfd only once
+    /// none is left: it stops after seeing `stopping` under that lock, a wake-up decided before then may
+    /// still be on its way, and written after the close it would put 8 bytes into whatever file took the
+    /// descriptor's number (kernels before 6.8, which wake the ring through an eventfd).
+    private let wakesUnderway = Atomic<Int>(0)
     private let ringThread = Atomic<UInt>(0)
     private let descriptorsOpen: Atomic<Int>
     /// Lanes taken by linked copies and not yet given back (for tests).
@@ -290,16 +295,22 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             }
             return OperationID(rawValue: id)
         }
-        let accepted = handoff.withLock { () -> Bool in
-            if stopping { return false }
+        let (accepted, mustWake) = handoff.withLock { () -> (Bool, Bool) in
+            if stopping { return (false, false) }
             incoming.append(request)
-            return true
+            guard sleeping.exchange(false, ordering: .sequentiallyConsistent) else { return (true, false) }
+            // Counted in the lock, before the ring thread can see `stopping`: see `wakesUnderway`.
+            wakesUnderway.add(1, ordering: .relaxed)
+            return (true, true)
         }
         guard accepted else {
             handler(IOCompletion(result: 0, error: .socketShutdown))
             return OperationID(rawValue: id)
         }
-        if sleeping.exchange(false, ordering: .sequentiallyConsistent) { wake() }
+        if mustWake {
+            wake()
+            wakesUnderway.subtract(1, ordering: .releasing)
+        }
         return OperationID(rawValue: id)
     }
 
@@ -318,11 +329,13 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         let thread = handoff.withLock { () -> pthread_t? in
             if stopping { return nil }
             stopping = true
+            wakesUnderway.add(1, ordering: .relaxed)
             defer { joiner = nil }
             return joiner
         }
         guard let thread else { return }
         wake()
+        wakesUnderway.subtract(1, ordering: .releasing)
         pthread_join(thread, nil)
     }
 
@@ -415,7 +428,10 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         }
         stashAll = nil
         io_uring_queue_exit(ring)
-        if wakeFD >= 0 { Glibc.close(wakeFD) }
+        if wakeFD >= 0 {
+            while wakesUnderway.load(ordering: .acquiring) > 0 { sched_yield() }
+            Glibc.close(wakeFD)
+        }
         descriptorsOpen.store(0, ordering: .releasing)
     }
 
