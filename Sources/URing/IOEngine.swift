@@ -279,7 +279,9 @@ package final class IOEngine: Sendable {
     /// straight to the kernel's workers (`IOSQE_ASYNC`), as one with `O_CREAT` or `O_TRUNC` always does.
     /// A cancel, or ``shutdown()``, ends a waiting open with `ECANCELED`: io_uring interrupts its worker;
     /// the POSIX engine cannot interrupt the call, so it gives the thread up (and replaces it), and that
-    /// thread closes the descriptor if the open ever returns one.
+    /// thread closes the descriptor if the open ever returns one. (It does so for any open in its system
+    /// call when the cancel comes, a quick one too, which then reports ECANCELED although an `O_CREAT` may
+    /// have made the file; io_uring lets such an open finish, and its cancel reports `EALREADY`.)
     @discardableResult
     package func openat(
         _ directory: CInt = AT_FDCWD,

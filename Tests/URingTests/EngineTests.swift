@@ -260,6 +260,7 @@ struct EngineTests {
         let fifo = dir.file("fifo")
         try #require(mkfifo(fifo, 0o600) == 0)
         let engine = try IOEngine(kind: kind)
+        defer { engine.shutdown() }  // (idempotent: for a failed requirement)
         let before = threadsWaitingForAFIFOPeer()
         let cancelled = Pending { engine.openat(path: FilePath(fifo), flags: O_RDONLY, then: $0) }
         await waitForThreadsWaitingForAFIFOPeer(before + 1)
@@ -293,6 +294,7 @@ struct EngineTests {
             defer { pipe.close() }
             let buffer = Buffer(count: 8)
             let target = Locked<Pending?>(nil)
+            let cancelling = Locked<Pending?>(nil)
             _ = await complete { done in
                 engine.nop { completion in
                     // On the engine's thread: another thread submits the read, and this one cancels it
@@ -305,12 +307,18 @@ struct EngineTests {
                     }
                     // The submission is an append under a lock; nothing here waits for this thread.
                     while target.withLock({ $0 == nil }) { sched_yield() }
-                    if let id = target.withLock({ $0?.id }) { engine.cancel(id) { _ in } }
+                    if let id = target.withLock({ $0?.id }) {
+                        let cancel = Pending { engine.cancel(id, then: $0) }
+                        cancelling.withLock { $0 = cancel }
+                    }
                     done(completion)
                 }
             }
             let read = try #require(target.withLock { $0 })
             #expect(await read.value.error == .canceled)
+            // The cancel found its target, as a cancel of a request not yet started does.
+            let cancel = try #require(cancelling.withLock { $0 })
+            #expect(await cancel.value == IOCompletion(result: 0))
         }
     }
 

@@ -374,7 +374,9 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
     private func armIntervalTimer() {
         guard let interval = settings.interval, interval > .zero else { return }
         let deadline = ContinuousClock.now + interval
-        entry.engine.timeout(deadline: deadline) { [self] _ in
+        entry.engine.timeout(deadline: deadline) { [self] completion in
+            // A timeout that did not expire (the engine shutting down) is not armed again.
+            guard completion.error == nil else { return }
             let again = lock.withLock { () -> Bool in
                 // (A read that failed before starting never ends; its final call is all the same.)
                 guard !ended && !finalDelivered else { return false }
@@ -579,7 +581,8 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
     private func armIntervalTimer() {
         guard let interval = settings.interval, interval > .zero else { return }
         let deadline = ContinuousClock.now + interval
-        entry.engine.timeout(deadline: deadline) { [self] _ in
+        entry.engine.timeout(deadline: deadline) { [self] completion in
+            guard completion.error == nil else { return }
             let again = lock.withLock { () -> Bool in
                 guard !ended && !finalDelivered else { return false }
                 if settings.strictInterval || (sinceReport > 0 && sinceReport >= max(settings.lowWater, 1)) {

@@ -271,17 +271,22 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                 request.handler(completion)
                 return true
             case .again:
-                // A cancel that came during the last piece ends the request here, as on io_uring.
-                let cancelled = lock.withLock { () -> Bool in
-                    guard request.cancelRequested else { return false }
+                // A cancel that came during the last piece ends the request here, as on io_uring; an open
+                // given up while it waited (and interrupted, EINTR) is not tried again.
+                enum Next { case retry, cancelled, abandoned }
+                let next = lock.withLock { () -> Next in
+                    if request.abandoned { return .abandoned }
+                    guard request.cancelRequested else { return .retry }
                     running[request.id] = nil
-                    return true
+                    return .cancelled
                 }
-                if cancelled {
+                switch next {
+                case .retry: continue
+                case .abandoned: return false
+                case .cancelled:
                     request.handler(IOCompletion(result: request.progress, error: .canceled))
                     return true
                 }
-                continue
             case .awaitReadiness(let events):
                 park(request, fd: request.op.transferDescriptor!, events: events)
                 return true

@@ -468,19 +468,19 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     }
 
     /// A cancel prepared before its target: a request another thread submitted is still in `incoming`
-    /// while a cancel made on this thread (in a completion handler) goes through `local` first, and a
-    /// linked copy may wait for a lane. Marked, the target ends with ECANCELED when it is prepared, as one
-    /// cancelled between two steps; the kernel's cancel finds nothing either way.
-    private func cancelPending(_ target: UInt64) {
-        if let index = copiesWaiting.firstIndex(where: { $0.id == target }) {
-            return cancelUnsubmitted(copiesWaiting.remove(at: index))
-        }
+    /// while a cancel made on this thread (in a completion handler) goes through `local` first. Marked, the
+    /// target ends with ECANCELED when it is prepared, as one cancelled between two steps. (A linked copy
+    /// waiting for a lane is never the target: its caller has no name for it, see `IOEngine.copyFile`.)
+    /// Returns whether the target was found.
+    private func cancelPending(_ target: UInt64) -> Bool {
         if let request = local.first(where: { $0.id == target }) {
             request.cancelRequested = true
-            return
+            return true
         }
-        handoff.withLock {
-            if let request = incoming.first(where: { $0.id == target }) { request.cancelRequested = true }
+        return handoff.withLock { () -> Bool in
+            guard let request = incoming.first(where: { $0.id == target }) else { return false }
+            request.cancelRequested = true
+            return true
         }
     }
 
@@ -640,8 +640,11 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             // readiness) is not in the kernel, where the cancel would find nothing: it ends at its next step.
             if let request = inFlight[target] {
                 request.cancelRequested = true
-            } else {
-                cancelPending(target)
+            } else if cancelPending(target) {
+                // Found before the kernel had it: the cancel succeeded (0, as the POSIX engine reports it),
+                // where the kernel's would find nothing (ENOENT).
+                io_uring_prep_nop(sqe)
+                return
             }
             io_uring_prep_cancel64(sqe, target, 0)
         case .linkedCopy:
