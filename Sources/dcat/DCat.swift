@@ -149,10 +149,7 @@ final class Concatenator: @unchecked Sendable {
         for path in paths {
             copy(path)
         }
-        // Every window's credit comes back once all its writes are done.
-        for _ in 0..<windows { credits.wait() }
-        // Hand them back: a semaphore released below its initial value is a programming error (C30).
-        for _ in 0..<windows { credits.signal() }
+        waitForWrites()
         if positionedOutput {
             lseek(STDOUT_FILENO, outputStart + off_t(outputOffset.withLock { $0 }), SEEK_SET)
         }
@@ -166,8 +163,33 @@ final class Concatenator: @unchecked Sendable {
 
     /// Reports a failed input the way cat does and marks the exit status.
     private func report(_ path: PathName, _ error: Errno) {
-        printError("dcat: \(path.quotedIfNeeded): \(describe(error))\n")
+        printBetweenOutputs("dcat: \(path.quotedIfNeeded): \(describe(error))\n")
         status.withLock { $0 = 1 }
+    }
+
+    /// Prints a message on standard error where cat's would land when standard error shares standard
+    /// output's open file (`> out 2>&1`): after the bytes before it, and before the ones after. cat writes
+    /// at the shared position; positioned output writes at offsets and moves the position only at the end,
+    /// so the message went to the position the output started at, and the output then overwrote it. Here the
+    /// output written so far is waited for, the position put after it, the message printed, and the output
+    /// goes on after wherever the message left the position (the same place when standard error is another
+    /// file).
+    private func printBetweenOutputs(_ message: String) {
+        guard positionedOutput else { return printError(message) }
+        waitForWrites()
+        outputOffset.withLock { offset in
+            lseek(STDOUT_FILENO, outputStart + off_t(offset), SEEK_SET)
+            printError(message)
+            let position = lseek(STDOUT_FILENO, 0, SEEK_CUR)
+            if position >= 0 { offset = Int64(position - outputStart) }
+        }
+    }
+
+    /// Waits until every write submitted so far has completed: each window's credit is back.
+    private func waitForWrites() {
+        for _ in 0..<windows { credits.wait() }
+        // Hand them back: a semaphore released below its initial value is a programming error (C30).
+        for _ in 0..<windows { credits.signal() }
     }
 
     private func copy(_ path: PathName) {
@@ -190,7 +212,7 @@ final class Concatenator: @unchecked Sendable {
         let isRegular = fstat(fd, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
         if info.st_mode & S_IFMT == S_IFIFO { growPipe(fd) }
         if isRegular && isUnreadOutput(fd, info) {
-            printError("dcat: \(path.quotedIfNeeded): input file is output file\n")
+            printBetweenOutputs("dcat: \(path.quotedIfNeeded): input file is output file\n")
             status.withLock { $0 = 1 }
             if ownsDescriptor { Glibc.close(fd) }
             return
@@ -283,10 +305,8 @@ final class Concatenator: @unchecked Sendable {
         guard let outputFile, info.st_dev == outputFile.device, info.st_ino == outputFile.inode else {
             return false
         }
-        // A stream's writes may still be in flight (a regular file's are done when its copy returns): every
-        // window's credit back means they are done.
-        for _ in 0..<windows { credits.wait() }
-        for _ in 0..<windows { credits.signal() }
+        // A stream's writes may still be in flight (a regular file's are done when its copy returns).
+        waitForWrites()
         var current = stat()
         guard fstat(fd, &current) == 0 else { return false }
         return lseek(fd, 0, SEEK_CUR) < current.st_size

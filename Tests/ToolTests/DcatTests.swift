@@ -302,6 +302,21 @@ struct DcatTests {
         }
     }
 
+    /// With standard error on standard output's open file (`> o 2>&1`), each message lands between the
+    /// bytes before and after it, as cat's does. Output written at offsets used to leave the shared position
+    /// where it started: the messages went there, and the output over them.
+    @Test func messagesLandBetweenTheOutputsInASharedFile() throws {
+        try inScratch { scratch in
+            let script =
+                "printf 'piped\\n' | { %@ $FIX/text/lines.txt missing - $FIX/text/hello.txt /; printf X; } > o 2>&1; "
+                + "echo \"status $?\"; cat o"
+            let ours = try scratch.run(script.replacingOccurrences(of: "%@", with: "\"$DCAT\""))
+            let theirs = try scratch.run(script.replacingOccurrences(of: "%@", with: "cat"))
+            #expect(ours.text == renamed(theirs.text, from: "cat", to: "dcat"))
+            #expect(ours.text.contains("dcat: missing: No such file or directory\npiped\n"))
+        }
+    }
+
     @Test func writeErrorToDevFullIsReported() throws {
         try inScratch { scratch in
             let (cat, dcat) = try both(scratch, "$FIX/text/hello.txt > /dev/full")
