@@ -81,6 +81,8 @@ enum IOTuning {
     /// Whether read-ahead asks io_uring to copy on its worker threads (see `IOEngine.read(offload:)`):
     /// measured 5.7–6.0 GiB/s against 4.1 inline, on 1 GiB warm reads with two cores.
     static let offload = true
+    /// The fewest bytes a read must expect to find for it to be offloaded (see `ReadOperation.offloads`).
+    static let offloadMinimum = 128 << 10
     /// Bytes one write system call takes at most (libdispatch: 1 MiB).
     static let writeChunk = 1 << 20
     /// At most this many regions go into one `writev`.

@@ -66,6 +66,9 @@ final class FileEntry: @unchecked Sendable {
     /// Set when the lazy open of a path failed: sticky, but cleanup handlers still get no error (B42).
     private(set) var openFailure: Errno?
     private(set) var isAppend = false
+    /// The file's size when the descriptor was validated or the path opened (0 when unknown): reads past
+    /// it are expected to find little or nothing (see `ReadOperation.offloads`).
+    private(set) var sizeAtOpen: Int64 = 0
     private var identity: FileIdentity?
     private var validated = false
     private var opening = false
@@ -133,6 +136,7 @@ final class FileEntry: @unchecked Sendable {
         } else {
             identity = FileIdentity(device: st.st_dev, inode: st.st_ino)
             kind = FileKind(mode: st.st_mode)
+            sizeAtOpen = Int64(st.st_size)
             if kind == .directory { failure = .isDirectory }
             isAppend = fcntl(fd, F_GETFL) & O_APPEND != 0
         }
@@ -342,7 +346,10 @@ final class FileEntry: @unchecked Sendable {
                 } else {
                     fd = CInt(completion.result)
                     var st = stat()
-                    if fstat(fd, &st) == 0 { kind = FileKind(mode: st.st_mode) }
+                    if fstat(fd, &st) == 0 {
+                        kind = FileKind(mode: st.st_mode)
+                        sizeAtOpen = Int64(st.st_size)
+                    }
                     isAppend = flags & O_APPEND != 0
                 }
                 return pump()

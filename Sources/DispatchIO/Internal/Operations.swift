@@ -132,6 +132,18 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
     private var reachedEOF = false
     private var streamPositionToRestore: Int64?
     private var timerArmed = false
+    private var sizeAtOpen: Int64 = 0
+
+    /// Whether a read at `offset` of `size` bytes goes to io_uring's workers (see `IOEngine.read(offload:)`):
+    /// only where the file had at least ``IOTuning/offloadMinimum`` bytes from there when it was opened. A
+    /// worker copies beside the ring thread, which pays on long reads, but the hand-off costs more than
+    /// copying a few kilobytes, and the first one of a process waits for the kernel to start a worker (an
+    /// empty file's read did, 0.1 ms of dcat's start-up). Past that size the read most likely finds the end
+    /// of the file, or what a growing file added since. Lock held.
+    private func offloads(at offset: Int64?, size: Int) -> Bool {
+        guard let offset, IOTuning.offload, IOTuning.readAheadDepth > 1 else { return false }
+        return min(Int64(size), sizeAtOpen - offset) >= Int64(IOTuning.offloadMinimum)
+    }
 
     init(
         channel: ChannelCore,
@@ -161,8 +173,10 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
 
     override func start(fd: CInt) {
         let seekable = entry.kind?.isSeekableFile ?? false
+        let size = entry.sizeAtOpen
         lock.withLock {
             self.fd = fd
+            sizeAtOpen = size
             if channel.type == .random {
                 positioned = true
                 startOffset = channel.baseOffset + requestedOffset
@@ -199,7 +213,7 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
     }
 
     override func progress() {
-        var submissions: [(UnsafeMutableRawPointer, Int, Int64?, Int)] = []
+        var submissions: [(UnsafeMutableRawPointer, Int, Int64?, Int, Bool)] = []
         var finished = false
         lock.withLock {
             if ended {
@@ -238,23 +252,23 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                 let offset: Int64? = positioned ? startOffset + Int64(issued) : nil
                 issued += size
                 inFlight[sequence] = size
-                submissions.append((buffer, size, offset, sequence))
+                submissions.append((buffer, size, offset, sequence, offloads(at: offset, size: size)))
             }
             finished = ended && inFlight.isEmpty && finalDelivered
         }
-        for (buffer, size, offset, sequence) in submissions {
-            submit(buffer: buffer, size: size, offset: offset, sequence: sequence)
+        for (buffer, size, offset, sequence, offload) in submissions {
+            submit(buffer: buffer, size: size, offset: offset, sequence: sequence, offload: offload)
         }
         if finished { reportFinishedIfDone() }
     }
 
-    private func submit(buffer: UnsafeMutableRawPointer, size: Int, offset: Int64?, sequence: Int) {
+    private func submit(buffer: UnsafeMutableRawPointer, size: Int, offset: Int64?, sequence: Int, offload: Bool) {
         let keep = KeepAlive(buffer: buffer)
         let id = entry.engine.read(
             fd,
             into: UnsafeMutableRawBufferPointer(start: buffer, count: size),
             at: offset,
-            offload: positioned && IOTuning.offload && IOTuning.readAheadDepth > 1,
+            offload: offload,
             keepAlive: keep
         ) { [self, address = UInt(bitPattern: buffer)] completion in
             lock.withLock {
