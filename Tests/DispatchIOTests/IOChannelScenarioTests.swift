@@ -48,6 +48,38 @@ struct IOChannelScenarioTests {
         #expect(total == expected)
     }
 
+    /// B17: a file is read to a read of 0 bytes, not to the size it had when its channel was made. Reads past
+    /// that size take small buffers, one at a time; a file that grew by megabytes since (and an empty one)
+    /// still comes out whole, on a random and on a stream channel.
+    @Test(arguments: EngineKind.allCases)
+    func aFileThatGrewIsReadToItsNewEnd(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        for (before, added) in [(1000, (3 << 20) + 5), (0, 70_000), (0, 0), ((2 << 20), 1)] {
+            for type in [IOChannel.StreamType.random, .stream] {
+                let bytes = pattern(before + added, seed: before)
+                let path = dir.make("grows", Array(bytes[..<before]))
+                let fd = openRead(path)
+                let channel = IOChannel(
+                    type: type,
+                    fileDescriptor: fd,
+                    queue: WorkQueue(label: "g"),
+                    engine: Engines.get(kind)
+                ) { _ in try? fd.close() }
+                let appender = open(path, O_WRONLY | O_APPEND | O_CLOEXEC)
+                try #require(appender >= 0)
+                let rest = Array(bytes[before...])
+                #expect(rest.withUnsafeBytes { write(appender, $0.baseAddress, $0.count) } == added)
+                close(appender)
+                let recorder = Recorder()
+                channel.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
+                #expect(await recorder.wait().last == Call(done: true, count: 0, error: nil))
+                expectSameBytes(recorder.bytes, bytes)
+                channel.close()
+            }
+        }
+    }
+
     /// B17: the end of file is a read of 0 bytes, never a short one. /proc/kallsyms is a regular file whose
     /// reads give about a page each, wherever they start, and megabytes in all: a random channel's read of
     /// it (several chunks in flight at increasing offsets) must return what plain `read` calls return.

@@ -26,6 +26,9 @@ final class BufferPool: @unchecked Sendable {
     /// The pool for read chunks of regular files and streams.
     static let shared = BufferPool(size: IOTuning.chunkSize, limit: 16)
 
+    /// Small buffers for reads that most likely find the end of a file (see `ReadOperation.progress`).
+    static let probes = BufferPool(size: 64 << 10, limit: 16)
+
     func take() -> UnsafeMutableRawPointer {
         if let buffer = lock.withLock({ idle.popLast() }) { return buffer }
         var pointer: UnsafeMutableRawPointer?

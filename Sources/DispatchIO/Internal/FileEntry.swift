@@ -66,8 +66,9 @@ final class FileEntry: @unchecked Sendable {
     /// Set when the lazy open of a path failed: sticky, but cleanup handlers still get no error (B42).
     private(set) var openFailure: Errno?
     private(set) var isAppend = false
-    /// The file's size when the descriptor was validated or the path opened (0 when unknown): reads past
-    /// it are expected to find little or nothing (see `ReadOperation.offloads`).
+    /// A regular file's size when the descriptor was validated or the path opened (0 when unknown; the
+    /// largest offset for other files, whose size says nothing): reads past it are expected to find little
+    /// or nothing (see `ReadOperation.offloads` and `ReadOperation.progress`).
     private(set) var sizeAtOpen: Int64 = 0
     private var identity: FileIdentity?
     private var validated = false
@@ -136,7 +137,7 @@ final class FileEntry: @unchecked Sendable {
         } else {
             identity = FileIdentity(device: st.st_dev, inode: st.st_ino)
             kind = FileKind(mode: st.st_mode)
-            sizeAtOpen = Int64(st.st_size)
+            sizeAtOpen = kind == .regular ? Int64(st.st_size) : .max
             if kind == .directory { failure = .isDirectory }
             isAppend = fcntl(fd, F_GETFL) & O_APPEND != 0
         }
@@ -348,7 +349,7 @@ final class FileEntry: @unchecked Sendable {
                     var st = stat()
                     if fstat(fd, &st) == 0 {
                         kind = FileKind(mode: st.st_mode)
-                        sizeAtOpen = Int64(st.st_size)
+                        sizeAtOpen = kind == .regular ? Int64(st.st_size) : .max
                     }
                     isAppend = flags & O_APPEND != 0
                 }

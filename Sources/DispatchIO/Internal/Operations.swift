@@ -125,7 +125,9 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
     private var received = 0
     private var nextSequence = 0
     private var deliverSequence = 0
-    private var arrived: [Int: (UnsafeMutableRawPointer, Int, Errno?, Int)] = [:]
+    /// Chunks back from the kernel, not yet delivered: buffer, bytes read, error, bytes asked, and the pool
+    /// the buffer goes back to.
+    private var arrived: [Int: (UnsafeMutableRawPointer, Int, Errno?, Int, BufferPool)] = [:]
     private var pending = DispatchDataBuffer()
     private var outstanding = 0
     private var ended = false
@@ -213,12 +215,12 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
     }
 
     override func progress() {
-        var submissions: [(UnsafeMutableRawPointer, Int, Int64?, Int, Bool)] = []
+        var submissions: [(UnsafeMutableRawPointer, BufferPool, Int, Int64?, Int, Bool)] = []
         var finished = false
         lock.withLock {
             if ended {
                 // Chunks that complete after the end are not delivered; their buffers go back.
-                for (_, chunk) in arrived { pool.give(chunk.0) }
+                for (_, chunk) in arrived { chunk.4.give(chunk.0) }
                 arrived.removeAll()
             } else {
                 deliverArrived()
@@ -230,6 +232,10 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                 pending.count + outstanding + inFlight.values.reduce(0, +) < budget
             {
                 if !positioned && !inFlight.isEmpty { break }
+                // At or past the file's size at open, a read waits for the ones before it, which tell
+                // whether the file ends where its size said: a small file is one read, not `depth` of them
+                // (each holding a pooled buffer), and a file that grew is still read to its end.
+                if positioned && !inFlight.isEmpty && startOffset + Int64(issued) >= sizeAtOpen { break }
                 // Only a read whose own file has nothing queued behind it may wait for the backlog: a write
                 // queued on the same file's lane could otherwise wait for this read forever.
                 if positioned && !entry.hasQueuedItems && !WriteBacklog.shared.admit(self) { break }
@@ -245,24 +251,36 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                     if inFlight.isEmpty { end(error: nil) }
                     break
                 }
-                let size = min(pool.size, length - issued, room, Int(clamping: offsetRoom))
-                let buffer = pool.take()
+                // At or past the size at open the read most likely finds the end of the file: it gets a small
+                // buffer, so that reads finding nothing do not each hold a pooled megabyte (which reused
+                // buffers keep resident: dcat of 1,000 files of 1 MiB peaked at 19 MiB).
+                let probe = positioned && startOffset + Int64(issued) >= sizeAtOpen
+                let chunkPool = probe ? BufferPool.probes : pool
+                let size = min(chunkPool.size, length - issued, room, Int(clamping: offsetRoom))
+                let buffer = chunkPool.take()
                 let sequence = nextSequence
                 nextSequence += 1
                 let offset: Int64? = positioned ? startOffset + Int64(issued) : nil
                 issued += size
                 inFlight[sequence] = size
-                submissions.append((buffer, size, offset, sequence, offloads(at: offset, size: size)))
+                submissions.append((buffer, chunkPool, size, offset, sequence, offloads(at: offset, size: size)))
             }
             finished = ended && inFlight.isEmpty && finalDelivered
         }
-        for (buffer, size, offset, sequence, offload) in submissions {
-            submit(buffer: buffer, size: size, offset: offset, sequence: sequence, offload: offload)
+        for (buffer, chunkPool, size, offset, sequence, offload) in submissions {
+            submit(buffer: buffer, from: chunkPool, size: size, offset: offset, sequence: sequence, offload: offload)
         }
         if finished { reportFinishedIfDone() }
     }
 
-    private func submit(buffer: UnsafeMutableRawPointer, size: Int, offset: Int64?, sequence: Int, offload: Bool) {
+    private func submit(
+        buffer: UnsafeMutableRawPointer,
+        from chunkPool: BufferPool,
+        size: Int,
+        offset: Int64?,
+        sequence: Int,
+        offload: Bool
+    ) {
         let keep = KeepAlive(buffer: buffer)
         let id = entry.engine.read(
             fd,
@@ -276,7 +294,7 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                 kernelIDs[sequence] = nil
                 // Asked before a short read restarted the reading behind it (see `deliverArrived`).
                 if sequence < deliverSequence {
-                    pool.give(UnsafeMutableRawPointer(bitPattern: address)!)
+                    chunkPool.give(UnsafeMutableRawPointer(bitPattern: address)!)
                     return
                 }
                 // On a pipe, socket or terminal a short read is not the end: count only what came, or a
@@ -285,7 +303,8 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                     issued -= size - completion.result
                 }
                 arrived[sequence] = (
-                    UnsafeMutableRawPointer(bitPattern: address)!, completion.result, completion.error, size
+                    UnsafeMutableRawPointer(bitPattern: address)!, completion.result, completion.error, size,
+                    chunkPool
                 )
             }
             progress()
@@ -295,18 +314,18 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
 
     /// Moves arrived chunks, in order, into `pending`, and delivers by the water marks. Lock held.
     private func deliverArrived() {
-        while let (buffer, count, error, asked) = arrived.removeValue(forKey: deliverSequence) {
+        while let (buffer, count, error, asked, chunkPool) = arrived.removeValue(forKey: deliverSequence) {
             deliverSequence += 1
             if reachedEOF || ended {
-                pool.give(buffer)
+                chunkPool.give(buffer)
                 continue
             }
             if let error {
-                pool.give(buffer)
+                chunkPool.give(buffer)
                 end(error: error)
                 return
             }
-            pending.append(pool.data(buffer, count: count))
+            pending.append(chunkPool.data(buffer, count: count))
             received += count
             // The end of file is a read of 0 bytes (B17), as for libdispatch, never a short one: a procfs
             // or sysfs file gives less than asked in mid-file (a page of /proc/kallsyms at a time), and
@@ -318,7 +337,7 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                 issued = received
                 deliverSequence = nextSequence
                 for (sequence, chunk) in arrived where sequence < nextSequence {
-                    pool.give(chunk.0)
+                    chunk.4.give(chunk.0)
                     arrived[sequence] = nil
                 }
             }
@@ -363,7 +382,7 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
             deliver(done: true, data: DispatchDataBuffer(), error: nil)
         }
         finalDelivered = true
-        for (_, chunk) in arrived { pool.give(chunk.0) }
+        for (_, chunk) in arrived { chunk.4.give(chunk.0) }
         arrived.removeAll()
         // Requests still in the kernel are cancelled; their buffers come back through their completions.
         for id in kernelIDs.values { entry.engine.cancel(id) { _ in } }
