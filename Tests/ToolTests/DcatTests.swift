@@ -212,6 +212,52 @@ struct DcatTests {
         }
     }
 
+    /// Regular files are read ahead across file boundaries (several open at once) and written in order:
+    /// many files of sizes around the windows, with missing files, a directory and standard input between
+    /// them, come out byte for byte with each message in its place, to a file shared with standard error
+    /// and to a pipe.
+    @Test func manyFilesComeOutInOrderWithTheirMessagesInPlace() throws {
+        try inScratch { scratch in
+            let sizes = [0, 1, 4095, 4096, 65537, 1 << 20, (2 << 20) + 1, 3]
+            var operands: [String] = []
+            for index in 0..<120 {
+                operands.append("f\(index)")
+                if index % 17 == 5 { operands.append("missing\(index)") }
+                if index == 60 { operands.append("-") }
+                if index == 90 { operands.append(".") }
+            }
+            let make = (0..<120).map { "head -c \(sizes[$0 % sizes.count]) /dev/urandom > f\($0)" }
+                .joined(separator: "; ")
+            let list = operands.joined(separator: " ")
+            // Messages name their tool, in the middle of a line after a file without a newline: both
+            // outputs go through the same renaming before their sums.
+            #expect(try scratch.run(make).status == 0)
+            let script = """
+                echo piped | { %@ \(list); echo " $?"; } > o 2>&1; sed 's/d\\?cat: \\(missing[0-9]*\\|\\.\\):/TOOL: \\1:/g' o | md5sum
+                echo piped | { %@ \(list) 2>&1; echo " $?"; } | sed 's/d\\?cat: \\(missing[0-9]*\\|\\.\\):/TOOL: \\1:/g' | md5sum
+                """
+            let ours = try scratch.run(script.replacingOccurrences(of: "%@", with: "\"$DCAT\""))
+            let theirs = try scratch.run(script.replacingOccurrences(of: "%@", with: "cat"))
+            #expect(ours.status == 0)
+            #expect(ours.text == theirs.text)
+        }
+    }
+
+    /// More files than descriptors: the files read ahead hold descriptors, and an open that finds none
+    /// free waits for them to be closed instead of reporting `Too many open files`.
+    @Test func moreFilesThanDescriptors() throws {
+        try inScratch { scratch in
+            let outcome = try scratch.run(
+                """
+                for i in $(seq 1 60); do printf "$i," > f$i; done
+                (ulimit -n 7; "$DCAT" $(seq -f 'f%g' 1 60); echo " $?")
+                """
+            )
+            #expect(outcome.stderr == "")
+            #expect(outcome.text == (1...60).map { "\($0)," }.joined() + " 0\n")
+        }
+    }
+
     @Test func pipesOnBothSidesAreGrownToOneMebibyte() throws {
         // dcat's own choice (Docs/tools.md): a 64 KiB pipe caps every read at 64 KiB, so dcat grows the pipes
         // it reads and writes to 1 MiB before it moves a byte.
