@@ -157,6 +157,9 @@ bench "dcat 1 GiB > file (vs cat)" "<= 0.80" "$clean" \
 # floor of any copy into one new file, dcat's and cat's (whose copy_file_range is one copy, not two).
 bench "dd 1 GiB of zeros > file, writing alone (vs cat > file, for reference)" "-" "$clean" \
     "bash -c 'cat $work/big > $dst'" "dd if=/dev/zero of=$dst bs=1M count=1024 status=none"
+# Not a target of the issue: many small files, each opened, read and written in turn (dcat *.log).
+bench "dcat 10,000 x 4 KiB > /dev/null (vs cat)" "-" true \
+    "bash -c 'cat $work/small/* > /dev/null'" "bash -c '$dcat $work/small/* > /dev/null'"
 bench "dcopy 1 GiB file (vs cp)" "<= 1.00" "$clean" \
     "cp $work/big $dst" "$dcopy $work/big $dst"
 bench "dcopy -r 10,000 x 4 KiB (vs cp -r)" "<= 1.00" "$clean" \

@@ -53,6 +53,9 @@ package struct PathName: Sendable, Hashable, ExpressibleByStringLiteral {
 
     private func byte(_ index: Int) -> UInt8 { UInt8(bitPattern: storage[index]) }
 
+    /// Whether the name starts with `-`, as an option on a command line does (`-` alone included).
+    package var looksLikeAnOption: Bool { count > 0 && byte(0) == UInt8(ascii: "-") }
+
     /// Whether the last byte is a slash.
     package var endsWithSlash: Bool { count > 0 && byte(count - 1) == slash }
 
