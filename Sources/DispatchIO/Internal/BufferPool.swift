@@ -86,6 +86,11 @@ enum IOTuning {
     static let offload = true
     /// The fewest bytes a read must expect to find for it to be offloaded (see `ReadOperation.offloads`).
     static let offloadMinimum = 128 << 10
+    /// A read of a regular file that brings at most this many bytes is copied out of its pooled buffer
+    /// (see `ReadOperation.deliverArrived`): a small file's bytes then hold a few pages, not a megabyte.
+    /// Reads of pipes and sockets are not copied: their pieces are small and many, and a copy each would
+    /// cost as much as the read.
+    static let copiedChunk = 256 << 10
     /// Bytes one write system call takes at most (libdispatch: 1 MiB).
     static let writeChunk = 1 << 20
     /// At most this many regions go into one `writev`.

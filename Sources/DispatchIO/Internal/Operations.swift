@@ -325,7 +325,14 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                 end(error: error)
                 return
             }
-            pending.append(chunkPool.data(buffer, count: count))
+            if positioned && count > 0 && count <= IOTuning.copiedChunk && chunkPool === pool {
+                // The tail of a file (or a small file) in a pooled megabyte would keep the megabyte for as
+                // long as the caller keeps the bytes: copied, it holds only what it has.
+                pending.append(DispatchDataBuffer(bytes: UnsafeRawBufferPointer(start: buffer, count: count)))
+                chunkPool.give(buffer)
+            } else {
+                pending.append(chunkPool.data(buffer, count: count))
+            }
             received += count
             // The end of file is a read of 0 bytes (B17), as for libdispatch, never a short one: a procfs
             // or sysfs file gives less than asked in mid-file (a page of /proc/kallsyms at a time), and
