@@ -426,32 +426,58 @@ final class FileRun: @unchecked Sendable {
     /// Bytes of windows read or being written at once, as before across a single file: ``windows`` of
     /// ``window`` bytes.
     static let budget = windows * window
-    /// The least a window reserves: a file's size at open may be small or 0 (a /proc file) and it may
-    /// have grown.
-    static let smallestReserve = 64 << 10
+    /// The unit a read-ahead window's length is rounded up to.
+    static let granule = 64 << 10
+
+    /// The memory a window of `length` bytes may hold until written: the channel reads a regular file in
+    /// pooled buffers of 1 MiB, and copies out a read that brings 256 KiB or less, so a small window holds
+    /// what it asks and a larger one whole megabytes.
+    static func reserve(_ length: Int) -> Int {
+        let chunk = 1 << 20
+        return length <= 256 << 10 ? length : (length + chunk - 1) / chunk * chunk
+    }
 
     private struct File {
         let id: Int
         let path: PathName
         let channel: IOChannel
+        /// The size at open: windows inside it may be read ahead; the rest is read only at the file's turn.
         let size: Int64
-        /// The window holding the end of file by the size at open: windows past it are issued only once
-        /// every window before them came back full (a file that grew, a /proc file whose size says 0).
-        let lastExpected: Int
+        /// Windows issued so far, and where the next one starts.
         var nextToRead = 0
+        var nextOffset: Int64 = 0
         /// Windows taken at the write cursor, which is at this file's `written`.
         var written = 0
         var reading = 0
-        var arrived: [Int: (data: DispatchDataBuffer, error: Errno?, reserve: Int)] = [:]
+        var arrived: [Int: Window] = [:]
         /// A window came back short (end of file) or failed: later windows are dropped, none are issued.
         var ended = false
         var failure: Errno?
         var bytes = 0
 
-        func reserve(for index: Int) -> Int {
-            let left = size - Int64(index) * Int64(window)
-            return min(window, max(FileRun.smallestReserve, Int(clamping: left)))
+        /// The next window, when one may be issued now. Inside the size at open a window is read ahead,
+        /// asking for one chunk of ``FileRun/granule`` more than the size says is left, so that it comes
+        /// back short (the end) unless the file grew; its reserve is what it asks. Past the size, only the
+        /// file at the write cursor reads, once every window before came back full, a whole window: a
+        /// file that grew, a /proc file whose size says 0, a pipe-like file (`trace_pipe`) whose reads
+        /// consume what they return, are read at their turn, as cat reads them.
+        func nextWindow(atCursor: Bool) -> (offset: Int64, length: Int)? {
+            guard !ended else { return nil }
+            let left = size - nextOffset
+            if left > 0 {
+                let asked = (left / Int64(FileRun.granule) + 1) * Int64(FileRun.granule)
+                return (nextOffset, Int(min(Int64(window), asked)))
+            }
+            guard atCursor && written == nextToRead else { return nil }
+            return (nextOffset, window)
         }
+    }
+
+    /// One window's read: where it started, what it asked, and what came back.
+    private struct Window {
+        let length: Int
+        let data: DispatchDataBuffer
+        let error: Errno?
     }
 
     private struct State {
@@ -497,15 +523,7 @@ final class FileRun: @unchecked Sendable {
         // One delivery per window: the whole window, as the read's final call.
         channel.setLimit(lowWater: Int.max)
         state.withLock { state in
-            state.files.append(
-                File(
-                    id: state.nextID,
-                    path: path,
-                    channel: channel,
-                    size: max(size, 0),
-                    lastExpected: Int(max(size, 0) / Int64(window))
-                )
-            )
+            state.files.append(File(id: state.nextID, path: path, channel: channel, size: max(size, 0)))
             state.nextID += 1
         }
         concatenator.queue.async { self.pump() }
@@ -532,7 +550,7 @@ final class FileRun: @unchecked Sendable {
     /// Moves the write cursor and issues windows. Runs on the serial queue only, so writes leave in order.
     private func pump() {
         var writes: [(data: DispatchDataBuffer, reserve: Int)] = []
-        var reads: [(channel: IOChannel, id: Int, index: Int, reserve: Int)] = []
+        var reads: [(channel: IOChannel, id: Int, index: Int, offset: Int64, length: Int)] = []
         var closes: [IOChannel] = []
         let idle = state.withLock { state -> Bool in
             advance(&state, writes: &writes, closes: &closes)
@@ -542,6 +560,8 @@ final class FileRun: @unchecked Sendable {
             return true
         }
         for write in writes {
+            // (Never empty: `writeWindow` would call back at once, inside this loop.)
+            assert(!write.data.isEmpty)
             concatenator.writeWindow(write.data) { [self] in
                 state.withLock { state in
                     state.writing -= 1
@@ -551,7 +571,9 @@ final class FileRun: @unchecked Sendable {
             }
         }
         for channel in closes { channel.close() }
-        for read in reads { self.read(read.channel, id: read.id, index: read.index, reserve: read.reserve) }
+        for read in reads {
+            self.read(read.channel, id: read.id, index: read.index, offset: read.offset, length: read.length)
+        }
         if idle { drained.signal() }
     }
 
@@ -568,26 +590,26 @@ final class FileRun: @unchecked Sendable {
                 state.message = nil
             }
             guard !state.files.isEmpty else { return }
-            if let (data, error, reserve) = state.files[0].arrived.removeValue(forKey: state.files[0].written) {
+            if let arrived = state.files[0].arrived.removeValue(forKey: state.files[0].written) {
                 state.files[0].written += 1
                 if state.files[0].ended {
                     // Read past an end seen earlier (the file grew meanwhile): cat would not have read it.
-                    state.reserved -= reserve
+                    state.reserved -= Self.reserve(arrived.length)
                     continue
                 }
                 // What a failed window read before its error is written, as cat writes what it read.
-                if let error {
+                if let error = arrived.error {
                     state.files[0].ended = true
                     state.files[0].failure = error
-                } else if data.count < window {
+                } else if arrived.data.count < arrived.length {
                     state.files[0].ended = true
                 }
-                state.files[0].bytes += data.count
-                if data.isEmpty {
-                    state.reserved -= reserve
+                state.files[0].bytes += arrived.data.count
+                if arrived.data.isEmpty {
+                    state.reserved -= Self.reserve(arrived.length)
                 } else {
                     state.writing += 1
-                    writes.append((data, reserve))
+                    writes.append((arrived.data, Self.reserve(arrived.length)))
                 }
                 continue
             }
@@ -603,31 +625,42 @@ final class FileRun: @unchecked Sendable {
     }
 
     /// Issues windows, the earliest files first, while the budget allows. Lock held.
-    private func issue(_ state: inout State, reads: inout [(channel: IOChannel, id: Int, index: Int, reserve: Int)]) {
-        for position in state.files.indices where !state.files[position].ended {
-            let limit = max(state.files[position].lastExpected, state.files[position].written)
-            while state.files[position].nextToRead <= limit {
+    private func issue(
+        _ state: inout State,
+        reads: inout [(channel: IOChannel, id: Int, index: Int, offset: Int64, length: Int)]
+    ) {
+        for position in state.files.indices {
+            while let (offset, length) = state.files[position].nextWindow(atCursor: position == 0) {
+                let reserve = Self.reserve(length)
+                // The file at the write cursor with nothing in flight (no read, no write) always gets a
+                // window, whatever the files read ahead of their turn hold (they wait for it to end): a /proc
+                // file, whose size says 0, is read only at its turn, and would otherwise wait for ever behind
+                // them. At most one window over the budget, then.
                 let file = state.files[position]
-                let reserve = file.reserve(for: file.nextToRead)
-                // The first window of all always goes, whatever it reserves.
-                guard state.reserved == 0 || state.reserved + reserve <= Self.budget else { return }
-                reads.append((file.channel, file.id, file.nextToRead, reserve))
+                let idleHead =
+                    position == 0 && file.reading == 0 && file.written == file.nextToRead && state.writing == 0
+                guard idleHead || state.reserved + reserve <= Self.budget else { return }
+                reads.append((file.channel, file.id, file.nextToRead, offset, length))
                 state.files[position].nextToRead += 1
+                state.files[position].nextOffset = offset + Int64(length)
                 state.files[position].reading += 1
                 state.reserved += reserve
             }
         }
     }
 
-    private func read(_ channel: IOChannel, id: Int, index: Int, reserve: Int) {
+    private func read(_ channel: IOChannel, id: Int, index: Int, offset: Int64, length: Int) {
         let collected = Locked(DispatchDataBuffer())
-        let offset = Int64(index) * Int64(window)
-        channel.read(offset: offset, length: window, queue: concatenator.queue) { [self] done, data, error in
+        channel.read(offset: offset, length: length, queue: concatenator.queue) { [self] done, data, error in
             if let data, !data.isEmpty { collected.withLock { $0.append(data) } }
             guard done else { return }
             state.withLock { state in
                 guard let position = state.files.firstIndex(where: { $0.id == id }) else { return }
-                state.files[position].arrived[index] = (collected.withLock { $0 }, error, reserve)
+                state.files[position].arrived[index] = Window(
+                    length: length,
+                    data: collected.withLock { $0 },
+                    error: error
+                )
                 state.files[position].reading -= 1
             }
             pump()

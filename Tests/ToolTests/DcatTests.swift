@@ -213,9 +213,9 @@ struct DcatTests {
     }
 
     /// Regular files are read ahead across file boundaries (several open at once) and written in order:
-    /// many files of sizes around the windows, with missing files, a directory and standard input between
-    /// them, come out byte for byte with each message in its place, to a file shared with standard error
-    /// and to a pipe.
+    /// many files of sizes around the windows, with missing files, a directory, a /proc file and standard
+    /// input between them, come out byte for byte with each message in its place, to a file shared with
+    /// standard error and to a pipe.
     @Test func manyFilesComeOutInOrderWithTheirMessagesInPlace() throws {
         try inScratch { scratch in
             let sizes = [0, 1, 4095, 4096, 65537, 1 << 20, (2 << 20) + 1, 3]
@@ -224,6 +224,8 @@ struct DcatTests {
                 operands.append("f\(index)")
                 if index % 17 == 5 { operands.append("missing\(index)") }
                 if index == 60 { operands.append("-") }
+                // Size 0 but content: read at its turn, not ahead.
+                if index == 30 { operands.append("/proc/version") }
                 if index == 90 { operands.append(".") }
             }
             let make = (0..<120).map { "head -c \(sizes[$0 % sizes.count]) /dev/urandom > f\($0)" }
