@@ -95,6 +95,16 @@ class IOOperation: @unchecked Sendable {
     /// Re-examines the state after a change; subclasses issue, deliver and finish from here.
     func progress() {}
 
+    /// Runs `tick` under the lock every `settings.interval` from now (B27), until it returns false. A
+    /// timeout that did not expire (the engine shutting down) ends it too, instead of arming it again.
+    func armIntervalTimer(_ tick: @escaping @Sendable () -> Bool) {
+        guard let interval = settings.interval, interval > .zero else { return }
+        entry.engine.timeout(deadline: ContinuousClock.now + interval) { [self] completion in
+            guard completion.error == nil else { return }
+            if lock.withLock(tick) { armIntervalTimer(tick) }
+        }
+    }
+
     /// Tells the entry, once, that this operation has finished. Call without the lock.
     func reportFinishedIfDone() {
         let report = lock.withLock { () -> Bool in
@@ -195,7 +205,7 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
     }
 
     /// The interval runs from here, not from the start: a read queued behind a stalled one ticks too (B27).
-    override func queued() { armIntervalTimer() }
+    override func queued() { armIntervalTimer { [self] in tick() } }
 
     private var depth: Int { positioned && !shortReadsSeen ? IOTuning.readAheadDepth : 1 }
     /// A read came back short in mid-file (a procfs or sysfs file): the rest is read one chunk at a time,
@@ -411,26 +421,19 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
 
     // MARK: Interval (B27)
 
-    private func armIntervalTimer() {
-        guard let interval = settings.interval, interval > .zero else { return }
-        let deadline = ContinuousClock.now + interval
-        entry.engine.timeout(deadline: deadline) { [self] completion in
-            // A timeout that did not expire (the engine shutting down) is not armed again.
-            guard completion.error == nil else { return }
-            let again = lock.withLock { () -> Bool in
-                // (A read that failed before starting never ends; its final call is all the same.)
-                guard !ended && !finalDelivered else { return false }
-                if settings.strictInterval {
-                    let piece = pending
-                    pending = DispatchDataBuffer()
-                    deliver(done: false, data: piece, error: nil)
-                } else if pending.count >= max(settings.lowWater, 1) {
-                    deliverByWaterMarks()
-                }
-                return true
-            }
-            if again { armIntervalTimer() }
+    /// A tick delivers what was read since the last call (even nothing) with `.strictInterval`, or what
+    /// has reached the low water mark without it. Lock held.
+    private func tick() -> Bool {
+        // (A read that failed before starting never ends; its final call is all the same.)
+        guard !ended && !finalDelivered else { return false }
+        if settings.strictInterval {
+            let piece = pending
+            pending = DispatchDataBuffer()
+            deliver(done: false, data: piece, error: nil)
+        } else if pending.count >= max(settings.lowWater, 1) {
+            deliverByWaterMarks()
         }
+        return true
     }
 }
 
@@ -612,26 +615,18 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
     // MARK: Interval (B27)
 
     /// The interval runs from here, as a read's does: a write queued behind a stalled one ticks too.
-    override func queued() { armIntervalTimer() }
+    override func queued() { armIntervalTimer { [self] in tick() } }
 
     /// A tick reports what is still to be written, as the per-chunk rule does (B26): with
     /// `.strictInterval` every time, even when nothing moved since the last call (a write into a pipe
     /// nobody reads shows the same bytes again); without it only once the bytes written since the last
-    /// report reach the low water mark, which the rule after each chunk has then already done.
-    private func armIntervalTimer() {
-        guard let interval = settings.interval, interval > .zero else { return }
-        let deadline = ContinuousClock.now + interval
-        entry.engine.timeout(deadline: deadline) { [self] completion in
-            guard completion.error == nil else { return }
-            let again = lock.withLock { () -> Bool in
-                guard !ended && !finalDelivered else { return false }
-                if settings.strictInterval || (sinceReport > 0 && sinceReport >= max(settings.lowWater, 1)) {
-                    sinceReport = 0
-                    deliver(done: false, data: remaining, error: nil)
-                }
-                return true
-            }
-            if again { armIntervalTimer() }
+    /// report reach the low water mark, which the rule after each chunk has then already done. Lock held.
+    private func tick() -> Bool {
+        guard !ended && !finalDelivered else { return false }
+        if settings.strictInterval || (sinceReport > 0 && sinceReport >= max(settings.lowWater, 1)) {
+            sinceReport = 0
+            deliver(done: false, data: remaining, error: nil)
         }
+        return true
     }
 }
