@@ -284,45 +284,58 @@ struct EngineTests {
         if writer >= 0 { close(writer) }
     }
 
-    /// A cancel made in a completion handler, on the ring thread, for a request another thread submitted
-    /// just before: the request was still waiting to be handed to the kernel when the cancel was, the
-    /// cancel found nothing, and the read then waited on its pipe for ever.
-    @Test(arguments: EngineKind.allCases)
-    func aCancelOvertakingItsTargetStillCancelsIt(kind: EngineKind) async throws {
+    /// A cancel (or a poll's or timeout's removal) made in a completion handler, on the ring thread, for a
+    /// request another thread submitted just before: the request was still waiting to be handed to the
+    /// kernel when the cancel was, the cancel found nothing, and the read then waited on its pipe for ever.
+    @Test(arguments: EngineKind.allCases, Withdrawal.allCases)
+    func aWithdrawalOvertakingItsTargetStillWithdrawsIt(kind: EngineKind, withdrawal: Withdrawal) async throws {
         try await withEngine(kind) { engine in
             let pipe = Pipe()
             defer { pipe.close() }
             let buffer = Buffer(count: 8)
             let target = Locked<Pending?>(nil)
-            let cancelling = Locked<Pending?>(nil)
+            let withdrawing = Locked<Pending?>(nil)
             _ = await complete { done in
                 engine.nop { completion in
-                    // On the engine's thread: another thread submits the read, and this one cancels it
+                    // On the engine's thread: another thread submits the target, and this one withdraws it
                     // before returning to the loop that hands either to the kernel.
                     Thread.detach {
-                        let read = Pending {
-                            engine.read(pipe.read, into: buffer.slice(8), at: nil, keepAlive: buffer, then: $0)
+                        let submitted = Pending { handler in
+                            switch withdrawal {
+                            case .cancel:
+                                engine.read(pipe.read, into: buffer.slice(8), at: nil, keepAlive: buffer, then: handler)
+                            case .removePoll: engine.poll(pipe.read, events: .readable, then: handler)
+                            case .removeTimeout: engine.timeout(deadline: .now + .seconds(60), then: handler)
+                            }
                         }
-                        target.withLock { $0 = read }
+                        target.withLock { $0 = submitted }
                     }
                     // The submission is an append under a lock; nothing here waits for this thread.
                     while target.withLock({ $0 == nil }) { sched_yield() }
                     if let id = target.withLock({ $0?.id }) {
-                        let cancel = Pending { engine.cancel(id, then: $0) }
-                        cancelling.withLock { $0 = cancel }
+                        let withdrawal = Pending { handler in
+                            switch withdrawal {
+                            case .cancel: engine.cancel(id, then: handler)
+                            case .removePoll: engine.removePoll(id, then: handler)
+                            case .removeTimeout: engine.removeTimeout(id, then: handler)
+                            }
+                        }
+                        withdrawing.withLock { $0 = withdrawal }
                     }
                     done(completion)
                 }
             }
-            let read = try #require(target.withLock { $0 })
-            #expect(await read.value.error == .canceled)
-            // io_uring: the cancel found its target before the kernel had it, and says so as for any request
-            // not yet started. (The POSIX engine's pool may already be running the read: EALREADY.)
-            let cancel = try #require(cancelling.withLock { $0 })
-            let cancelResult = await cancel.value
-            if kind == .uring { #expect(cancelResult == IOCompletion(result: 0)) }
+            let submitted = try #require(target.withLock { $0 })
+            #expect(await submitted.value.error == .canceled)
+            // io_uring: the withdrawal found its target before the kernel had it, and says so as for any
+            // request not yet started. (The POSIX engine's pool may already be running a read: EALREADY.)
+            let withdrawn = try #require(withdrawing.withLock { $0 })
+            let result = await withdrawn.value
+            if kind == .uring { #expect(result == IOCompletion(result: 0)) }
         }
     }
+
+    enum Withdrawal: CaseIterable, Sendable { case cancel, removePoll, removeTimeout }
 
     /// Threads of this process in `open` of a FIFO that waits for its other end (`wait_for_partner`).
     private func threadsWaitingForAFIFOPeer() -> Int {

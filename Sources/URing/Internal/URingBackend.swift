@@ -471,14 +471,16 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     /// while a cancel made on this thread (in a completion handler) goes through `local` first. Marked, the
     /// target ends with ECANCELED when it is prepared, as one cancelled between two steps. (A linked copy
     /// waiting for a lane is never the target: its caller has no name for it, see `IOEngine.copyFile`.)
-    /// Returns whether the target was found.
-    private func cancelPending(_ target: UInt64) -> Bool {
+    /// The removal of a poll or a timeout does the same for a target of its kind (`matching`). Returns
+    /// whether the target was found.
+    private func cancelPending(_ target: UInt64, matching: (Op) -> Bool = { _ in true }) -> Bool {
         if let request = local.first(where: { $0.id == target }) {
+            guard matching(request.op) else { return false }
             request.cancelRequested = true
             return true
         }
         return handoff.withLock { () -> Bool in
-            guard let request = incoming.first(where: { $0.id == target }) else { return false }
+            guard let request = incoming.first(where: { $0.id == target }), matching(request.op) else { return false }
             request.cancelRequested = true
             return true
         }
@@ -630,10 +632,24 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         case .pollAdd(let fd, let events):
             io_uring_prep_poll_add(sqe, fd, events)
         case .pollRemove(let target):
+            // As a cancel (below): a poll not yet handed to the kernel is removed here, the kernel's remove
+            // would find nothing.
+            if inFlight[target] == nil
+                && cancelPending(target, matching: { if case .pollAdd = $0 { true } else { false } })
+            {
+                io_uring_prep_nop(sqe)
+                return
+            }
             io_uring_prep_poll_remove(sqe, target)
         case .timeout(let deadline):
             io_uring_prep_timeout(sqe, deadline.pointer, 0, UInt32(IORING_TIMEOUT_ABS | IORING_TIMEOUT_BOOTTIME))
         case .timeoutRemove(let target):
+            if inFlight[target] == nil
+                && cancelPending(target, matching: { if case .timeout = $0 { true } else { false } })
+            {
+                io_uring_prep_nop(sqe)
+                return
+            }
             io_uring_prep_timeout_remove(sqe, target, 0)
         case .cancel(let target):
             // A request between two steps (a short transfer being resubmitted, or one waiting to poll for
