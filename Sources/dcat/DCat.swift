@@ -430,8 +430,10 @@ final class FileRun: @unchecked Sendable {
     static let granule = 64 << 10
 
     /// The memory a window of `length` bytes may hold until written: the channel reads a regular file in
-    /// pooled buffers of 1 MiB, and copies out a read that brings 256 KiB or less, so a small window holds
-    /// what it asks and a larger one whole megabytes.
+    /// pooled buffers of 1 MiB, and copies out a read that comes back short with 256 KiB or less. A small
+    /// window asks more than the file's size says is left (see `File.nextWindow`), so it comes back short
+    /// and holds what it has; a larger one holds whole megabytes. (A small window of a file that grew comes
+    /// back full and keeps its megabyte: the budget is then exceeded by that much, for that file only.)
     static func reserve(_ length: Int) -> Int {
         let chunk = 1 << 20
         return length <= 256 << 10 ? length : (length + chunk - 1) / chunk * chunk

@@ -86,8 +86,9 @@ enum IOTuning {
     static let offload = true
     /// The fewest bytes a read must expect to find for it to be offloaded (see `ReadOperation.offloads`).
     static let offloadMinimum = 128 << 10
-    /// A read of a regular file that brings at most this many bytes is copied out of its pooled buffer
-    /// (see `ReadOperation.deliverArrived`): a small file's bytes then hold a few pages, not a megabyte.
+    /// A read of a regular file that comes back short (a file's end) with at most this many bytes is copied
+    /// out of its pooled buffer (see `ReadOperation.deliverArrived`): a small file's bytes then hold a few
+    /// pages, not a megabyte.
     /// Reads of pipes and sockets are not copied: their pieces are small and many, and a copy each would
     /// cost as much as the read.
     static let copiedChunk = 256 << 10

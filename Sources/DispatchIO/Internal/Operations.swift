@@ -242,10 +242,13 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                 pending.count + outstanding + inFlight.values.reduce(0, +) < budget
             {
                 if !positioned && !inFlight.isEmpty { break }
-                // At or past the file's size at open, a read waits for the ones before it, which tell
-                // whether the file ends where its size said: a small file is one read, not `depth` of them
-                // (each holding a pooled buffer), and a file that grew is still read to its end.
-                if positioned && !inFlight.isEmpty && startOffset + Int64(issued) >= sizeAtOpen { break }
+                // At or past the file's size at open the read most likely finds the end of the file. It waits
+                // for the ones before it, which tell whether the file ends where its size said (a small file
+                // is one read, not `depth` of them; a file that grew is still read to its end), and gets a
+                // small buffer, so that reads finding nothing do not each hold a pooled megabyte (which reused
+                // buffers keep resident: dcat of 1,000 files of 1 MiB peaked at 19 MiB).
+                let probe = positioned && startOffset + Int64(issued) >= sizeAtOpen
+                if probe && !inFlight.isEmpty { break }
                 // Only a read whose own file has nothing queued behind it may wait for the backlog: a write
                 // queued on the same file's lane could otherwise wait for this read forever.
                 if positioned && !entry.hasQueuedItems && !WriteBacklog.shared.admit(self) { break }
@@ -261,10 +264,6 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                     if inFlight.isEmpty { end(error: nil) }
                     break
                 }
-                // At or past the size at open the read most likely finds the end of the file: it gets a small
-                // buffer, so that reads finding nothing do not each hold a pooled megabyte (which reused
-                // buffers keep resident: dcat of 1,000 files of 1 MiB peaked at 19 MiB).
-                let probe = positioned && startOffset + Int64(issued) >= sizeAtOpen
                 let chunkPool = probe ? BufferPool.probes : pool
                 let size = min(chunkPool.size, length - issued, room, Int(clamping: offsetRoom))
                 let buffer = chunkPool.take()
@@ -335,9 +334,10 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                 end(error: error)
                 return
             }
-            if positioned && count > 0 && count <= IOTuning.copiedChunk && chunkPool === pool {
+            if positioned && count > 0 && count < asked && count <= IOTuning.copiedChunk && chunkPool === pool {
                 // The tail of a file (or a small file) in a pooled megabyte would keep the megabyte for as
-                // long as the caller keeps the bytes: copied, it holds only what it has.
+                // long as the caller keeps the bytes: copied, it holds only what it has. A read that brought
+                // all it asked (a small high water mark) is handed over as it is, without a copy per chunk.
                 pending.append(DispatchDataBuffer(bytes: UnsafeRawBufferPointer(start: buffer, count: count)))
                 chunkPool.give(buffer)
             } else {
