@@ -231,15 +231,20 @@ struct DcatTests {
             let make = (0..<120).map { "head -c \(sizes[$0 % sizes.count]) /dev/urandom > f\($0)" }
                 .joined(separator: "; ")
             let list = operands.joined(separator: " ")
-            // Messages name their tool, in the middle of a line after a file without a newline: both
-            // outputs go through the same renaming before their sums.
+            // Messages name their tool, in the middle of a line after a file without a newline: each
+            // output has its own tool's name renamed before its sum. (One pattern for both, `d\?cat: `,
+            // also took a file's last byte when it was a `d`: cat's `…dcat: missing73` lost it.)
             #expect(try scratch.run(make).status == 0)
             let script = """
-                echo piped | { %@ \(list); echo " $?"; } > o 2>&1; sed 's/d\\?cat: \\(missing[0-9]*\\|\\.\\):/TOOL: \\1:/g' o | md5sum
-                echo piped | { %@ \(list) 2>&1; echo " $?"; } | sed 's/d\\?cat: \\(missing[0-9]*\\|\\.\\):/TOOL: \\1:/g' | md5sum
+                echo piped | { %@ \(list); echo " $?"; } > o 2>&1; sed 's/%N: \\(missing[0-9]*\\|\\.\\):/TOOL: \\1:/g' o | md5sum
+                echo piped | { %@ \(list) 2>&1; echo " $?"; } | sed 's/%N: \\(missing[0-9]*\\|\\.\\):/TOOL: \\1:/g' | md5sum
                 """
-            let ours = try scratch.run(script.replacingOccurrences(of: "%@", with: "\"$DCAT\""))
-            let theirs = try scratch.run(script.replacingOccurrences(of: "%@", with: "cat"))
+            let ours = try scratch.run(
+                script.replacingOccurrences(of: "%@", with: "\"$DCAT\"").replacingOccurrences(of: "%N", with: "dcat")
+            )
+            let theirs = try scratch.run(
+                script.replacingOccurrences(of: "%@", with: "cat").replacingOccurrences(of: "%N", with: "cat")
+            )
             #expect(ours.status == 0)
             #expect(ours.text == theirs.text)
         }
