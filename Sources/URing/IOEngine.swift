@@ -126,6 +126,11 @@ package final class IOEngine: Sendable {
     /// Which implementation this engine is.
     package let kind: EngineKind
     let backend: any EngineBackend
+    private let readsCounted = Atomic<Int>(0)
+
+    /// How many reads (``read(_:into:at:offload:keepAlive:then:)`` and `readv` calls) this engine has been
+    /// asked for: what tests count when they check that a file is read in as few calls as it should be.
+    package var readsRequested: Int { readsCounted.load(ordering: .relaxed) }
 
     /// Creates an engine of the given kind, with its own threads and descriptors.
     ///
@@ -191,6 +196,7 @@ package final class IOEngine: Sendable {
         guard let offset = Self.validOffset(offset) else {
             return backend.submit(.fail(.invalidArgument), keepAlive: nil, handler: handler)
         }
+        readsCounted.add(1, ordering: .relaxed)
         return backend.submit(
             .read(fd: fd, buffer: buffer.baseAddress, length: buffer.count, offset: offset),
             offload: offload,
@@ -240,6 +246,7 @@ package final class IOEngine: Sendable {
         guard let offset = Self.validOffset(offset) else {
             return backend.submit(.fail(.invalidArgument), keepAlive: nil, handler: handler)
         }
+        readsCounted.add(1, ordering: .relaxed)
         return backend.submit(
             .vector(IOVector(buffers.map { UnsafeRawBufferPointer($0) }), fd: fd, offset: offset, isWrite: false),
             offload: offload,

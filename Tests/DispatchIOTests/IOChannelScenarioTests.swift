@@ -80,6 +80,38 @@ struct IOChannelScenarioTests {
         }
     }
 
+    /// B17: a short read that ends where the file's size at open says it ends is the end of file, with no
+    /// read after it to find nothing (a small file is one read); a file whose size is a whole number of
+    /// chunks still needs the read of 0 bytes. The bytes and the final call are as ever.
+    @Test(arguments: EngineKind.allCases)
+    func aShortReadAtTheSizeIsTheEnd(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let engine = try IOEngine(kind: kind)
+        defer { engine.shutdown() }
+        let chunk = 1 << 20
+        // (size, reads): a short read ends a file unless the size is a multiple of the chunk.
+        let cases = [(0, 1), (1, 1), (4096, 1), (chunk, 2), (chunk + 1, 2), (3 * chunk + 5, 4)]
+        for (size, reads) in cases {
+            for type in [IOChannel.StreamType.random, .stream] {
+                let bytes = pattern(size, seed: size)
+                let path = dir.make("sized", bytes)
+                let fd = openRead(path)
+                let channel = IOChannel(type: type, fileDescriptor: fd, queue: WorkQueue(label: "s"), engine: engine) {
+                    _ in try? fd.close()
+                }
+                let before = engine.readsRequested
+                let recorder = Recorder()
+                // As dcat asks: more than the size, so that the read ends on its own.
+                channel.read(offset: 0, length: size + (64 << 10), queue: recorder.queue, handler: recorder.handler)
+                #expect(await recorder.wait().last == Call(done: true, count: 0, error: nil))
+                expectSameBytes(recorder.bytes, bytes)
+                #expect(engine.readsRequested - before == reads, "\(size) bytes, \(type)")
+                channel.close()
+            }
+        }
+    }
+
     /// B17: the end of file is a read of 0 bytes, never a short one. /proc/kallsyms is a regular file whose
     /// reads give about a page each, wherever they start, and megabytes in all: a random channel's read of
     /// it (several chunks in flight at increasing offsets) must return what plain `read` calls return.

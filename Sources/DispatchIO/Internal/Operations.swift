@@ -344,12 +344,17 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                 pending.append(chunkPool.data(buffer, count: count))
             }
             received += count
-            // The end of file is a read of 0 bytes (B17), as for libdispatch, never a short one: a procfs
-            // or sysfs file gives less than asked in mid-file (a page of /proc/kallsyms at a time), and
-            // counting that as the end cut such files short. The chunks asked behind this one started past
-            // the gap it left: drop them and ask again from where it ended.
-            if count == 0 { reachedEOF = true }
-            if positioned && count > 0 && count < asked && received < length {
+            // The end of file is a read of 0 bytes (B17), as for libdispatch, or a short one that ends
+            // exactly where the file's size at open said it ends: the file had no more when that read ran,
+            // so asking again would only find nothing (a small file is one read, not two: dcat of 10,000
+            // files of 4 KiB made 20,000). Any other short read is not the end: a procfs or sysfs file gives
+            // less than asked in mid-file (a page of /proc/kallsyms at a time), and counting that as the end
+            // cut such files short. The chunks asked behind it started past the gap it left: drop them and
+            // ask again from where it ended.
+            if count == 0 || (positioned && count < asked && startOffset + Int64(received) == sizeAtOpen) {
+                reachedEOF = true
+            }
+            if positioned && !reachedEOF && count > 0 && count < asked && received < length {
                 shortReadsSeen = true
                 issued = received
                 deliverSequence = nextSequence
