@@ -493,6 +493,8 @@ final class FileRun: @unchecked Sendable {
         /// Bytes of the last file finished.
         var lastBytes = 0
         var drainWaiting = false
+        /// A pump is queued that has not yet looked at the files: another add need not queue one.
+        var pumpQueued = false
 
         var isIdle: Bool { files.isEmpty && writing == 0 && message == nil }
     }
@@ -524,11 +526,13 @@ final class FileRun: @unchecked Sendable {
         }
         // One delivery per window: the whole window, as the read's final call.
         channel.setLimit(lowWater: Int.max)
-        state.withLock { state in
+        let queuePump = state.withLock { state -> Bool in
             state.files.append(File(id: state.nextID, path: path, channel: channel, size: max(size, 0)))
             state.nextID += 1
+            defer { state.pumpQueued = true }
+            return !state.pumpQueued
         }
-        concatenator.queue.async { self.pump() }
+        if queuePump { concatenator.queue.async { self.pump() } }
     }
 
     /// Waits until every file added is written, its message printed and its channel closed (with
@@ -555,7 +559,16 @@ final class FileRun: @unchecked Sendable {
         var reads: [(channel: IOChannel, id: Int, index: Int, offset: Int64, length: Int)] = []
         var closes: [IOChannel] = []
         let idle = state.withLock { state -> Bool in
+            state.pumpQueued = false
             advance(&state, writes: &writes, closes: &closes)
+            if writes.count > 1 {
+                // Windows that reached the cursor together go out in one write (the regions of one
+                // `writev`, not copied): many small files are otherwise a write each.
+                var joined = DispatchDataBuffer()
+                for write in writes { joined.append(write.data) }
+                state.writing -= writes.count - 1
+                writes = [(joined, writes.reduce(0) { $0 + $1.reserve })]
+            }
             issue(&state, reads: &reads)
             guard state.drainWaiting && state.isIdle else { return false }
             state.drainWaiting = false
