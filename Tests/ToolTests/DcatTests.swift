@@ -186,11 +186,17 @@ struct DcatTests {
 
     @Test func filesAroundWindowBoundariesComeOutWhole() throws {
         try inScratch { scratch in
-            // Regular files are read in 1 MiB windows, four at once, and written in order: sizes at and
-            // around the boundaries (one window, all four, one byte over) and a file that grows while it
-            // is read (windows past the size seen at the start) must come out byte for byte, to a pipe and
-            // to a file.
-            let sizes = [1 << 20, (1 << 20) - 1, 4 << 20, (4 << 20) + 1, (9 << 20) + 12345]
+            // Regular files are read in windows (2 MiB to a pipe, 1 MiB to a file; a file's last window
+            // asks 64 KiB past its size), several at once, and written in order: sizes at and around the
+            // boundaries (a window, a window and the 64 KiB past it, one byte over) and a file that grows
+            // while it is read (windows past the size seen at the start) must come out byte for byte, to a
+            // pipe and to a file.
+            let mebibyte = 1 << 20
+            let sizes = [
+                mebibyte, mebibyte - 1, mebibyte + 1, mebibyte + (64 << 10) - 1, mebibyte + (64 << 10),
+                2 * mebibyte, 2 * mebibyte + 1, 2 * mebibyte + (64 << 10), 4 * mebibyte, 4 * mebibyte + 1,
+                9 * mebibyte + 12345,
+            ]
             let files = sizes.map { "f\($0)" }.joined(separator: " ")
             let make = sizes.map { "head -c \($0) /dev/urandom > f\($0)" }.joined(separator: "; ")
             let script = """
