@@ -756,6 +756,18 @@ struct EngineTests {
 
     // MARK: Selection
 
+    /// The kernel's release is read as `major.minor` from its first two numbers, whatever follows them.
+    @Test func kernelReleasesParse() {
+        let cases: [(String, (Int, Int)?)] = [
+            ("6.18.44-fc-v782", (6, 18)), ("5.4.0-150-generic", (5, 4)), ("6.8", (6, 8)), ("10.2rc1", (10, 2)),
+            ("6", nil), ("", nil), ("linux", nil), ("6.x", nil),
+        ]
+        for (release, expected) in cases {
+            let parsed = kernelVersion(release: Array(release.utf8) + [0, 55, 46, 57])
+            #expect(parsed.map { [$0.0, $0.1] } == expected.map { [$0.0, $0.1] }, "\(release)")
+        }
+    }
+
     @Test func selectionHonoursTheEnvironmentAndExplainsItself() {
         #expect(!IOEngine.selection.reason.isEmpty)
         if let forced = getenv("DISPATCH_ENGINE").map({ String(cString: $0) }), let kind = EngineKind(rawValue: forced)
