@@ -263,7 +263,10 @@ final class Concatenator: @unchecked Sendable {
                 return
             }
             if !ownsDescriptor { files.reserveDescriptor() }
-            files.add(path: path, fd: fd, size: Int64(info.st_size), ownsDescriptor: ownsDescriptor)
+            // Standard input's channel reads from its position (a random channel's offsets start there):
+            // what lies ahead is the size less that position.
+            let position = ownsDescriptor ? 0 : max(Int64(lseek(fd, 0, SEEK_CUR)), 0)
+            files.add(path: path, fd: fd, size: Int64(info.st_size) - position, ownsDescriptor: ownsDescriptor)
             if !ownsDescriptor {
                 // Standard input is left where cat leaves it: after what was read.
                 lseek(fd, off_t(files.drain()), SEEK_CUR)
