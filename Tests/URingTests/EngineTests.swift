@@ -669,6 +669,36 @@ struct EngineTests {
         }
     }
 
+    /// A descriptor that cannot seek (a pipe here; also a regular file opened as a stream, such as tracefs's
+    /// `trace_pipe`) is read and written at its position whatever offset is given, on both engines: io_uring
+    /// hands the offset to a file that ignores it, and the POSIX engine, whose `preadv2` and `pwritev2`
+    /// refuse it with `ESPIPE`, makes the call again at the current position.
+    @Test(arguments: EngineKind.allCases)
+    func offsetsOnDescriptorsThatCannotSeekAreIgnored(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            let pipe = Pipe()
+            defer { pipe.close() }
+            let bytes: [UInt8] = Array("positioned".utf8)
+            let source = Buffer(bytes)
+            let data = UnsafeRawBufferPointer(source.slice(bytes.count))
+            #expect(await complete { engine.write(pipe.write, from: data, at: 4096, then: $0) } == .init(result: 10))
+            #expect(await complete { engine.writev(pipe.write, from: [data], at: 0, then: $0) } == .init(result: 10))
+            for vector in [false, true] {
+                let buffer = Buffer(count: bytes.count)
+                let target = buffer.slice(bytes.count)
+                let read = await complete { handler in
+                    if vector {
+                        engine.readv(pipe.read, into: [target], at: 8, then: handler)
+                    } else {
+                        engine.read(pipe.read, into: target, at: 0, then: handler)
+                    }
+                }
+                #expect(read == IOCompletion(result: bytes.count))
+                #expect(Array(buffer.bytes) == bytes)
+            }
+        }
+    }
+
     /// Transfers over 2 GiB are split into pieces the kernel accepts, and come back whole.
     @Test(arguments: EngineKind.allCases)
     func transfersOverTwoGiBAreSplit(kind: EngineKind) async throws {

@@ -328,9 +328,17 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         request.readyHint = false
         let flags = mode == .noWait ? CInt(CURING_RWF_NOWAIT) : 0
         let res = withTransferVector(request) { iov, count, offset in
-            syscallResult(
-                isWrite ? pwritev2(fd, iov, count, off_t(offset), flags) : preadv2(fd, iov, count, off_t(offset), flags)
-            )
+            let call = { (offset: Int64) in
+                self.syscallResult(
+                    isWrite
+                        ? pwritev2(fd, iov, count, off_t(offset), flags) : preadv2(fd, iov, count, off_t(offset), flags)
+                )
+            }
+            let res = call(offset)
+            // A descriptor that cannot seek (a pipe, or a regular file opened as a stream such as tracefs's
+            // trace_pipe) refuses an offset; io_uring passes it to the file, which ignores it and transfers
+            // at its position. So does this engine: the same call again at the current position (-1).
+            return res == -Int(ESPIPE) && offset >= 0 ? call(-1) : res
         }
         if res == -Int(EOPNOTSUPP) && mode == .noWait {
             mode = .pollFirst
