@@ -111,7 +111,9 @@ package struct PollEvents: OptionSet, Sendable, Hashable {
 ///   submission queue and a full completion queue (`EBUSY`) are back-pressure inside the engine; none
 ///   of these reach a handler.
 /// - An offset is `nil` for "at the file's current position" (the descriptor's offset advances), or
-///   a non-negative position; a negative one completes with `EINVAL`.
+///   a non-negative position; a negative one completes with `EINVAL`. A descriptor that cannot seek (a
+///   pipe, a socket, a file opened as a stream such as `trace_pipe`) transfers at its position whatever
+///   the offset.
 /// - After ``shutdown()``, operations still pending complete with `ECANCELED`, and new submissions
 ///   complete with `ESHUTDOWN` on the submitting thread, before `submit` returns.
 package final class IOEngine: Sendable {
