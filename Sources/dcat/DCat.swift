@@ -2,6 +2,7 @@ import ArgumentParser
 import DispatchData
 import DispatchIO
 import DispatchQueues
+import Synchronization
 import SystemPackage
 import ToolSupport
 import URing
@@ -233,9 +234,9 @@ final class Concatenator: @unchecked Sendable {
             // Opening moves no file data: a plain open gives cat's errors (ENOENT, EACCES) at once.
             files.reserveDescriptor()
             var opened = path.withCString { open($0, O_RDONLY | O_CLOEXEC) }
-            if opened < 0 && (errno == EMFILE || errno == ENFILE) {
-                // Files read ahead still hold descriptors: once they are all closed, try again.
-                files.drain(closingFiles: true)
+            // Files read ahead hold descriptors: while the process's limit leaves none, wait for one of them
+            // to close, keep its place (the run holds one file fewer from then on), and try again.
+            while opened < 0 && (errno == EMFILE || errno == ENFILE) && files.giveUpAPlace() {
                 opened = path.withCString { open($0, O_RDONLY | O_CLOEXEC) }
             }
             if opened < 0 {
@@ -523,6 +524,10 @@ final class FileRun: @unchecked Sendable {
     private let state = Locked(State())
     private let drained = WorkSemaphore(value: 0)
     private let descriptors = WorkSemaphore(value: FileRun.maxFiles)
+    /// Files added whose descriptor the run has not yet closed (or, for standard input, let go of).
+    private let held = Atomic<Int>(0)
+    /// Places given up by ``giveUpAPlace()``.
+    private let withheld = Atomic<Int>(0)
     private let concatenator: Concatenator
 
     init(concatenator: Concatenator) {
@@ -537,16 +542,35 @@ final class FileRun: @unchecked Sendable {
     /// Gives back a reservation for a file that was not added.
     func releaseDescriptor() { descriptors.signal() }
 
+    /// After an open failed with `EMFILE` or `ENFILE`: takes one more reservation for good, waiting for a
+    /// file of the run to close its descriptor if none is free, so that the run holds one file fewer at
+    /// once from then on; false when no file of the run holds a descriptor (the limit is reached without
+    /// them, and the error is the file's). Before, such an open waited for the whole run to be written and
+    /// closed, so under a tight `ulimit -n` the reading stopped and started again in batches.
+    func giveUpAPlace() -> Bool {
+        guard held.load(ordering: .acquiring) > 0 else { return false }
+        descriptors.wait()
+        withheld.add(1, ordering: .relaxed)
+        return true
+    }
+
+    deinit {
+        // The places given up, given back: a semaphore left below its initial value is a misuse (C30).
+        for _ in 0..<withheld.load(ordering: .relaxed) { descriptors.signal() }
+    }
+
     /// Adds a regular file, open on `fd` (and closed by the run when `ownsDescriptor`), whose descriptor was
     /// reserved. Its reading starts at once if the budget allows.
     func add(path: PathName, fd: CInt, size: Int64, ownsDescriptor: Bool) {
         let descriptors = self.descriptors
+        held.add(1, ordering: .releasing)
         let channel = IOChannel(
             type: .random,
             fileDescriptor: FileDescriptor(rawValue: fd),
             queue: concatenator.queue
-        ) { _ in
+        ) { [self] _ in
             if ownsDescriptor { Glibc.close(fd) }
+            held.subtract(1, ordering: .releasing)
             descriptors.signal()
         }
         // One delivery per window: the whole window, as the read's final call.
@@ -560,21 +584,16 @@ final class FileRun: @unchecked Sendable {
         if queuePump { concatenator.queue.async { self.pump() } }
     }
 
-    /// Waits until every file added is written, its message printed and its channel closed (with
-    /// `closingFiles`, until its descriptor is closed too); returns how many bytes the last one had.
+    /// Waits until every file added is written, its message printed and its channel closed; returns how
+    /// many bytes the last one had.
     @discardableResult
-    func drain(closingFiles: Bool = false) -> Int {
+    func drain() -> Int {
         let wait = state.withLock { state -> Bool in
             if state.isIdle { return false }
             state.drainWaiting = true
             return true
         }
         if wait { drained.wait() }
-        if closingFiles {
-            // The caller holds one reservation, for the file it is opening.
-            for _ in 1..<Self.maxFiles { descriptors.wait() }
-            for _ in 1..<Self.maxFiles { descriptors.signal() }
-        }
         return state.withLock { $0.lastBytes }
     }
 
