@@ -236,8 +236,12 @@ final class Concatenator: @unchecked Sendable {
             var opened = path.withCString { open($0, O_RDONLY | O_CLOEXEC) }
             // Files read ahead hold descriptors: while the process's limit leaves none, wait for one of them
             // to close, keep its place (the run holds one file fewer from then on), and try again.
-            while opened < 0 && (errno == EMFILE || errno == ENFILE) && files.giveUpAPlace() {
+            while opened < 0 && (errno == EMFILE || errno == ENFILE) {
+                let waited = files.giveUpAPlace()
+                // Once more even when no file of the run held a descriptor: the last one may have closed
+                // between the failed open and the look.
                 opened = path.withCString { open($0, O_RDONLY | O_CLOEXEC) }
+                if !waited { break }
             }
             if opened < 0 {
                 let error = Errno(rawValue: errno)
