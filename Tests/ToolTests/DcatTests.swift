@@ -245,12 +245,7 @@ struct DcatTests {
                 echo piped | { %@ \(list); echo " $?"; } > o 2>&1; sed 's/%N: \\(missing[0-9]*\\|\\.\\):/TOOL: \\1:/g' o | md5sum
                 echo piped | { %@ \(list) 2>&1; echo " $?"; } | sed 's/%N: \\(missing[0-9]*\\|\\.\\):/TOOL: \\1:/g' | md5sum
                 """
-            let ours = try scratch.run(
-                script.replacingOccurrences(of: "%@", with: "\"$DCAT\"").replacingOccurrences(of: "%N", with: "dcat")
-            )
-            let theirs = try scratch.run(
-                script.replacingOccurrences(of: "%@", with: "cat").replacingOccurrences(of: "%N", with: "cat")
-            )
+            let (ours, theirs) = try scratch.runDcatAndCat(script)
             #expect(ours.status == 0)
             #expect(ours.text == theirs.text)
         }
@@ -370,8 +365,7 @@ struct DcatTests {
             let script =
                 "{ %@ $FIX/binary/random-64k.bin; printf X; %@ $FIX/text/lines.txt $FIX/text/hello.txt; "
                 + "printf Y; } > o; md5sum < o"
-            let ours = try scratch.run(script.replacingOccurrences(of: "%@", with: "\"$DCAT\""))
-            let theirs = try scratch.run(script.replacingOccurrences(of: "%@", with: "cat"))
+            let (ours, theirs) = try scratch.runDcatAndCat(script)
             #expect(ours == theirs)
         }
     }
@@ -384,8 +378,7 @@ struct DcatTests {
             let script =
                 "printf 'piped\\n' | { %@ $FIX/text/lines.txt missing - $FIX/text/hello.txt /; printf X; } > o 2>&1; "
                 + "echo \"status $?\"; cat o"
-            let ours = try scratch.run(script.replacingOccurrences(of: "%@", with: "\"$DCAT\""))
-            let theirs = try scratch.run(script.replacingOccurrences(of: "%@", with: "cat"))
+            let (ours, theirs) = try scratch.runDcatAndCat(script)
             #expect(ours.text == renamed(theirs.text, from: "cat", to: "dcat"))
             #expect(ours.text.contains("dcat: missing: No such file or directory\npiped\n"))
         }
@@ -406,8 +399,7 @@ struct DcatTests {
             let script =
                 "head -c 20000000 /dev/zero > z; %@ z z z 2>err | head -c 10 > /dev/null; "
                 + "echo ${PIPESTATUS[0]}; cat err"
-            let ours = try scratch.run(script.replacingOccurrences(of: "%@", with: "\"$DCAT\""))
-            let theirs = try scratch.run(script.replacingOccurrences(of: "%@", with: "cat"))
+            let (ours, theirs) = try scratch.runDcatAndCat(script)
             #expect(theirs.text == "141\n")
             #expect(ours.text == "141\n")
         }
@@ -438,8 +430,7 @@ struct DcatTests {
                 + ": > a; %@ a >> a; echo $?; printf 'A\\n' > a; %@ b - b - < a > a; echo $?; cat a; "
                 + "printf 'one\\n' > a; { read -r x; %@ - b; } < a 1<>a; echo $?; cat a; "
                 + "printf 'one\\n' > a; { read -r x; %@ b -; } < a >> a; echo $?; cat a"
-            let ours = try scratch.run(script.replacingOccurrences(of: "%@", with: "\"$DCAT\""))
-            let theirs = try scratch.run(script.replacingOccurrences(of: "%@", with: "cat"))
+            let (ours, theirs) = try scratch.runDcatAndCat(script)
             #expect(theirs.text == "1\nB\n1\nA\nB\n1\nA\nB\n0\n1\nB\nB\n0\nB\ne\n1\none\nB\n")
             #expect(ours.stdout == theirs.stdout)
             #expect(ours.status == theirs.status)

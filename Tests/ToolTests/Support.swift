@@ -74,6 +74,18 @@ struct Scratch {
         try? FileManager.default.removeItem(atPath: path)
     }
 
+    /// Runs `script` for dcat and then for cat: `%@` stands for the command, `%N` for its name (what its
+    /// messages start with).
+    func runDcatAndCat(_ script: String) throws -> (ours: Outcome, theirs: Outcome) {
+        let ours = try run(
+            script.replacingOccurrences(of: "%@", with: "\"$DCAT\"").replacingOccurrences(of: "%N", with: "dcat")
+        )
+        let theirs = try run(
+            script.replacingOccurrences(of: "%@", with: "cat").replacingOccurrences(of: "%N", with: "cat")
+        )
+        return (ours, theirs)
+    }
+
     /// Runs `script` with bash in this directory, with `$DCAT`, `$DCOPY` and `$FIX` set; standard output
     /// and error go to files, so large outputs cannot fill a pipe and block.
     func run(_ script: String) throws -> Outcome {
