@@ -10,8 +10,21 @@ import PackageDescription
 // tests on the release binaries too. ArgumentParser brings in FoundationEssentials, whose static archive
 // needs its two helper libraries named here; lld links it without the warnings gold prints for the
 // archive's use of mktemp and glibc's of dlopen.
+//
+// The release link also lays out first, and together, the functions and data a run of the tools touches
+// (Scripts/startup.order, made by Scripts/startup-order.sh), so that fewer pages of the binary are faulted
+// in, copied on write and unmapped again at exit. dcat of an empty file: 6.3 -> 3.9 MB resident, 158 -> 118
+// page faults, 0.86x the time (600 alternating runs, 1.98 -> 1.70 ms).
+let startupOrder = Context.packageDirectory + "/Scripts/startup.order"
 let toolLinkerSettings: [LinkerSetting] = [
-    .unsafeFlags(["-static-executable", "-use-ld=lld"], .when(configuration: .release)),
+    .unsafeFlags(
+        [
+            "-static-executable", "-use-ld=lld", "-Xlinker", "--symbol-ordering-file=\(startupOrder)",
+            // Names the order file has and a build does not (the other tool's, or a function renamed since).
+            "-Xlinker", "--no-warn-symbol-ordering",
+        ],
+        .when(configuration: .release)
+    ),
     .unsafeFlags(["-static-stdlib", "-use-ld=lld"], .when(configuration: .debug)),
     .linkedLibrary("_FoundationCollections"),
     .linkedLibrary("_FoundationCShims"),

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Regenerates Scripts/startup.order: the functions and data the tools touch when they run, which the release
+# link lays out first and together (lld's --symbol-ordering-file; see toolLinkerSettings in Package.swift).
+#
+# Why: a run of dcat touches code and data scattered over 13 MB of binary. Every read fault on the binary maps the
+# 16 pages around it, every first write to a page of data is a fault and a copy, and the exit unmaps it
+# all again. Laid out together, what a run touches takes fewer pages.
+#
+# How: each tool runs a few typical command lines under valgrind: callgrind lists every function executed,
+# lackey every address loaded or stored. Valgrind cannot run the io_uring engine (its rings are memory the
+# kernel writes behind valgrind's back), so the runs use the POSIX engine, and every function of the
+# io_uring engine and of liburing is added. A stale order file is harmless: names that no longer exist are
+# ignored, and what is missing from it keeps its place after what is ordered. Regenerate it after a large
+# change to what the tools run.
+#
+# Needs valgrind, binutils and python3. Usage: bash Scripts/startup-order.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for tool in valgrind strip nm python3; do
+    command -v "$tool" > /dev/null || { echo "startup-order.sh: $tool is needed" >&2; exit 1; }
+done
+# The link reads the order file: an empty one orders nothing.
+[ -f Scripts/startup.order ] || : > Scripts/startup.order
+swift build -c release --product dcat
+swift build -c release --product dcopy
+bin=$(swift build -c release --show-bin-path)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# valgrind 3.19 cannot read the toolchain's DWARF 5; symbols are all it needs.
+for tool in dcat dcopy; do
+    cp "$bin/$tool" "$work/$tool"
+    strip --strip-debug "$work/$tool"
+done
+: > "$work/empty"
+head -c 300000 /dev/urandom > "$work/small"
+head -c 5000000 /dev/urandom > "$work/large"
+mkdir -p "$work/tree/a/b"
+cp "$work/small" "$work/tree/a/"
+cp "$work/large" "$work/tree/a/b/"
+: > "$work/tree/empty"
+ln -s a "$work/tree/link"
+
+runs=0
+# trace TOOL ARGUMENTS...: runs one command line under callgrind and, unless FUNCTIONS_ONLY is set, once
+# more under lackey. Standard input is the caller's, read by the callgrind run.
+trace() {
+    local tool=$1
+    shift
+    runs=$((runs + 1))
+    echo "$tool" > "$work/$runs.tool"
+    DISPATCH_ENGINE=posix valgrind --tool=callgrind --demangle=no --callgrind-out-file="$work/$runs.cg" \
+        "$work/$tool" "$@" > /dev/null 2> "$work/$runs.log" || true
+    if [ -z "${FUNCTIONS_ONLY:-}" ]; then
+        DISPATCH_ENGINE=posix valgrind --tool=lackey --trace-mem=yes --log-file="$work/$runs.mem" \
+            "$work/$tool" "$@" > /dev/null 2>&1 < /dev/null || true
+    fi
+}
+# The empty file first: the shortest run is the one whose pages matter most.
+trace dcat "$work/empty"
+trace dcat "$work/small" "$work/large" "$work/missing" "$work/empty"
+FUNCTIONS_ONLY=1 trace dcat < "$work/small"
+FUNCTIONS_ONLY=1 trace dcat < <(cat "$work/small")
+trace dcopy "$work/small" "$work/copy"
+# Trees touch little data the runs above do not, and their address traces are large.
+FUNCTIONS_ONLY=1 trace dcopy -r "$work/tree" "$work/tree-copy"
+FUNCTIONS_ONLY=1 trace dcopy -rp "$work/tree" "$work/tree-copy-p"
+
+python3 - "$work" "$runs" > Scripts/startup.order << 'PYTHON'
+import bisect, re, subprocess, sys
+
+work, runs = sys.argv[1], int(sys.argv[2])
+order, seen = [], set()
+
+
+def add(name):
+    if name not in seen:
+        seen.add(name)
+        order.append(name)
+
+
+# What each binary defines; its data symbols by address, to name what an address trace touches.
+defined, data = set(), {}
+for tool in ("dcat", "dcopy"):
+    nm = subprocess.run(["nm", "-S", "--defined-only", f"{work}/{tool}"], capture_output=True, text=True)
+    symbols = []
+    for line in nm.stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 4:
+            defined.add(fields[3])
+            if fields[2] not in "tTwW":
+                symbols.append((int(fields[0], 16), int(fields[1], 16), fields[3]))
+    symbols.sort()
+    data[tool] = (symbols, [symbol[0] for symbol in symbols])
+
+# Functions, as callgrind names them: "fn=(12) name" the first time, "fn=(12)" after, and the same for
+# called functions (cfn=); a trailing "'2" marks a recursion level. PLT stubs have addresses for names.
+for run in range(1, runs + 1):
+    for line in open(f"{work}/{run}.cg", errors="replace"):
+        match = re.match(r"^c?fn=\(\d+\) (.*)$", line.rstrip("\n"))
+        if match:
+            name = re.sub(r"'\d+$", "", match.group(1))
+            if name in defined:
+                add(name)
+# The io_uring engine and liburing, which the POSIX runs do not reach.
+for name in sorted(defined):
+    if re.match(r"^(\$s5URing|io_uring_|__io_uring_|curing_)", name):
+        add(name)
+# Data: the variables, constants and metadata records behind every address loaded, stored or modified
+# (lackey's " L address,size", " S …", " M …").
+for run in range(1, runs + 1):
+    try:
+        trace = open(f"{work}/{run}.mem")
+    except FileNotFoundError:
+        continue
+    symbols, starts = data[open(f"{work}/{run}.tool").read().strip()]
+    for line in trace:
+        if line[:2] not in (" L", " S", " M"):
+            continue
+        address = int(line[3:].split(",")[0], 16)
+        index = bisect.bisect_right(starts, address) - 1
+        if index >= 0 and address < symbols[index][0] + max(symbols[index][1], 1):
+            add(symbols[index][2])
+print("\n".join(order))
+PYTHON
+echo "Scripts/startup.order: $(wc -l < Scripts/startup.order) names" >&2
+# The build does not know the order file is an input of the link: remove the binaries so the next build
+# links them anew.
+rm -f "$bin/dcat" "$bin/dcopy"
