@@ -2,20 +2,21 @@
 # Regenerates Scripts/startup.order: the functions and data the tools touch when they run, which the release
 # link lays out first and together (lld's --symbol-ordering-file; see toolLinkerSettings in Package.swift).
 #
-# Why: a run of dcat touches code and data scattered over 13 MB of binary. Every read fault on the binary maps the
-# 16 pages around it, every first write to a page of data is a fault and a copy, and the exit unmaps it
-# all again. Laid out together, what a run touches takes fewer pages.
+# Why: unordered, a run of dcat touches code scattered over a 10 MB text segment and data over 2 MB. Every
+# read fault on the binary maps the 16 pages around it, every first write to a page of data is a fault and
+# a copy, and the exit unmaps it all again. Laid out together, what a run touches takes fewer pages.
 #
 # How: each tool runs a few typical command lines under valgrind: callgrind lists every function executed,
 # lackey every address loaded or stored. Valgrind cannot run the io_uring engine (its rings are memory the
-# kernel writes behind valgrind's back), so the runs use the POSIX engine, and every function of the
-# io_uring engine and of liburing is added. A stale order file is harmless: names that no longer exist are
+# kernel writes behind valgrind's back), so the runs use the POSIX engine, and everything of the URing
+# module (the engines), liburing and its shims is added. A stale order file is harmless: names that no longer exist are
 # ignored, and what is missing from it keeps its place after what is ordered. Regenerate it after a large
 # change to what the tools run.
 #
 # Needs valgrind, binutils and python3. Usage: bash Scripts/startup-order.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+unset FUNCTIONS_ONLY
 for tool in valgrind strip nm python3; do
     command -v "$tool" > /dev/null || { echo "startup-order.sh: $tool is needed" >&2; exit 1; }
 done
@@ -43,17 +44,25 @@ ln -s a "$work/tree/link"
 
 runs=0
 # trace TOOL ARGUMENTS...: runs one command line under callgrind and, unless FUNCTIONS_ONLY is set, once
-# more under lackey. Standard input is the caller's, read by the callgrind run.
+# more under lackey. Standard input is the caller's, read by the callgrind run. A copy goes to "$work/out",
+# removed before each run so that both runs take the same path. The tools' own exit status is not checked
+# (a missing operand fails on purpose); a run that left no profile stops the script.
 trace() {
     local tool=$1
     shift
     runs=$((runs + 1))
     echo "$tool" > "$work/$runs.tool"
+    rm -rf "$work/out"
     DISPATCH_ENGINE=posix valgrind --tool=callgrind --demangle=no --callgrind-out-file="$work/$runs.cg" \
         "$work/$tool" "$@" > /dev/null 2> "$work/$runs.log" || true
+    [ -s "$work/$runs.cg" ] || { cat "$work/$runs.log" >&2; exit 1; }
     if [ -z "${FUNCTIONS_ONLY:-}" ]; then
-        DISPATCH_ENGINE=posix valgrind --tool=lackey --trace-mem=yes --log-file="$work/$runs.mem" \
+        rm -rf "$work/out"
+        DISPATCH_ENGINE=posix valgrind --tool=lackey --trace-mem=yes --log-file="$work/$runs.trace" \
             "$work/$tool" "$@" > /dev/null 2>&1 < /dev/null || true
+        # Only data accesses (" L", " S", " M"): the instruction lines are most of the trace.
+        grep -E '^ [LSM] ' "$work/$runs.trace" > "$work/$runs.mem" || true
+        rm -f "$work/$runs.trace"
     fi
 }
 # The empty file first: the shortest run is the one whose pages matter most.
@@ -61,12 +70,12 @@ trace dcat "$work/empty"
 trace dcat "$work/small" "$work/large" "$work/missing" "$work/empty"
 FUNCTIONS_ONLY=1 trace dcat < "$work/small"
 FUNCTIONS_ONLY=1 trace dcat < <(cat "$work/small")
-trace dcopy "$work/small" "$work/copy"
+trace dcopy "$work/small" "$work/out"
 # Trees touch little data the runs above do not, and their address traces are large.
-FUNCTIONS_ONLY=1 trace dcopy -r "$work/tree" "$work/tree-copy"
-FUNCTIONS_ONLY=1 trace dcopy -rp "$work/tree" "$work/tree-copy-p"
+FUNCTIONS_ONLY=1 trace dcopy -r "$work/tree" "$work/out"
+FUNCTIONS_ONLY=1 trace dcopy -rp "$work/tree" "$work/out"
 
-python3 - "$work" "$runs" > Scripts/startup.order << 'PYTHON'
+python3 - "$work" "$runs" > "$work/order" << 'PYTHON'
 import bisect, re, subprocess, sys
 
 work, runs = sys.argv[1], int(sys.argv[2])
@@ -86,7 +95,9 @@ for tool in ("dcat", "dcopy"):
     symbols = []
     for line in nm.stdout.splitlines():
         fields = line.split()
-        if len(fields) == 4:
+        if len(fields) == 3:
+            defined.add(fields[2])  # no size: an alias or a label, never a place an address falls in
+        elif len(fields) == 4:
             defined.add(fields[3])
             if fields[2] not in "tTwW":
                 symbols.append((int(fields[0], 16), int(fields[1], 16), fields[3]))
@@ -97,7 +108,7 @@ for tool in ("dcat", "dcopy"):
 # called functions (cfn=); a trailing "'2" marks a recursion level. PLT stubs have addresses for names.
 for run in range(1, runs + 1):
     for line in open(f"{work}/{run}.cg", errors="replace"):
-        match = re.match(r"^c?fn=\(\d+\) (.*)$", line.rstrip("\n"))
+        match = re.match(r"^c?fn=(?:\(\d+\))?\s*(\S.*)$", line.rstrip("\n"))
         if match:
             name = re.sub(r"'\d+$", "", match.group(1))
             if name in defined:
@@ -115,14 +126,13 @@ for run in range(1, runs + 1):
         continue
     symbols, starts = data[open(f"{work}/{run}.tool").read().strip()]
     for line in trace:
-        if line[:2] not in (" L", " S", " M"):
-            continue
         address = int(line[3:].split(",")[0], 16)
         index = bisect.bisect_right(starts, address) - 1
-        if index >= 0 and address < symbols[index][0] + max(symbols[index][1], 1):
+        if index >= 0 and address < symbols[index][0] + symbols[index][1]:
             add(symbols[index][2])
 print("\n".join(order))
 PYTHON
+mv "$work/order" Scripts/startup.order
 echo "Scripts/startup.order: $(wc -l < Scripts/startup.order) names" >&2
 # The build does not know the order file is an input of the link: remove the binaries so the next build
 # links them anew.
