@@ -8,8 +8,8 @@
 #
 # How: each tool runs a few typical command lines under valgrind: callgrind lists every function executed,
 # lackey every address loaded or stored. Valgrind cannot run the io_uring engine (its rings are memory the
-# kernel writes behind valgrind's back), so the runs use the POSIX engine, and everything of the URing
-# module (the engines), liburing and its shims is added. A stale order file is harmless: names that no longer exist are
+# kernel writes behind valgrind's back), so the runs use the POSIX engine, whose own functions are left
+# out; everything else of the URing module, liburing and its shims is added after the first run's. A stale order file is harmless: names that no longer exist are
 # ignored, and what is missing from it keeps its place after what is ordered. Regenerate it after a large
 # change to what the tools run.
 #
@@ -83,40 +83,49 @@ order, seen = [], set()
 
 
 def add(name):
-    if name not in seen:
+    if name in defined and name not in seen:
         seen.add(name)
         order.append(name)
 
 
-# What each binary defines; its data symbols by address, to name what an address trace touches.
-defined, data = set(), {}
+# What each binary defines, once; its data symbols by address, to name what an address trace touches.
+# A name defined more than once (a local helper such as `objectdestroyTm` or `$sSqwxx`, which the compiler
+# emits in many objects) would move every section that has one, most of them never run: it is left out.
+defined, twice, data = set(), set(), {}
 for tool in ("dcat", "dcopy"):
     nm = subprocess.run(["nm", "-S", "--defined-only", f"{work}/{tool}"], capture_output=True, text=True)
-    symbols = []
+    names, symbols = set(), []
     for line in nm.stdout.splitlines():
         fields = line.split()
-        if len(fields) == 3:
-            defined.add(fields[2])  # no size: an alias or a label, never a place an address falls in
-        elif len(fields) == 4:
-            defined.add(fields[3])
-            if fields[2] not in "tTwW":
-                symbols.append((int(fields[0], 16), int(fields[1], 16), fields[3]))
+        if len(fields) < 3:
+            continue
+        name = fields[-1]  # without a size (3 fields): an alias or a label, never a place an address is in
+        if name in names:
+            twice.add(name)
+        names.add(name)
+        if len(fields) == 4 and fields[2] not in "tTwW":
+            symbols.append((int(fields[0], 16), int(fields[1], 16), name))
+    defined |= names
     symbols.sort()
     data[tool] = (symbols, [symbol[0] for symbol in symbols])
+defined -= twice
+# The POSIX engine is the fallback; the io_uring engine, which valgrind cannot run, is what runs.
+posix = re.compile(r"^\$s5URing12POSIXBackend")
+engine = re.compile(r"^(\$s5URing|io_uring_|__io_uring_|curing_)")
 
 # Functions, as callgrind names them: "fn=(12) name" the first time, "fn=(12)" after, and the same for
 # called functions (cfn=); a trailing "'2" marks a recursion level. PLT stubs have addresses for names.
+# The first run's functions, then the io_uring engine and liburing (which the POSIX runs do not reach),
+# then the other runs' functions.
 for run in range(1, runs + 1):
     for line in open(f"{work}/{run}.cg", errors="replace"):
         match = re.match(r"^c?fn=(?:\(\d+\))?\s*(\S.*)$", line.rstrip("\n"))
-        if match:
-            name = re.sub(r"'\d+$", "", match.group(1))
-            if name in defined:
+        if match and not posix.match(match.group(1)):
+            add(re.sub(r"'\d+$", "", match.group(1)))
+    if run == 1:
+        for name in sorted(defined):
+            if engine.match(name) and not posix.match(name):
                 add(name)
-# The io_uring engine and liburing, which the POSIX runs do not reach.
-for name in sorted(defined):
-    if re.match(r"^(\$s5URing|io_uring_|__io_uring_|curing_)", name):
-        add(name)
 # Data: the variables, constants and metadata records behind every address loaded, stored or modified
 # (lackey's " L address,size", " S …", " M …").
 for run in range(1, runs + 1):
