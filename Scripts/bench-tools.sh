@@ -3,11 +3,12 @@
 #
 # Warm page cache; each case runs the peer and ours in alternating hyperfine blocks (A B A B ...: this
 # machine drifts), the start-up cases 300 single runs of each side in turn, then prints the medians, the
-# ratio ours/peer, the target from issue 7 and the peak RSS of each side (/usr/bin/time -f %M). Inputs and outputs live in $BENCH_DIR, made once; by default on
-# tmpfs (/dev/shm) when there is one, so that both sides measure the copy and not the disk's writeback of
+# ratio ours/peer, the target from issue 7 and the peak RSS of each side (/usr/bin/time -f %M). Inputs
+# and outputs live in $BENCH_DIR, made once; by default on tmpfs (/dev/shm) when there is one, so that both sides measure the copy and not the disk's writeback of
 # the previous run's gigabyte (on this machine's ext4, `cp -r` of 10,000 small files swung from 0.6 to
 # 1.9 s with the journal; on tmpfs it takes the 75-80 ms the issue quotes). About 4 GiB of memory.
-# Usage: bash Scripts/bench-tools.sh [ROUNDS] (default 3 blocks of 5 runs per side).
+# Usage: bash Scripts/bench-tools.sh [ROUNDS] (default 3 blocks of 5 runs per side; the start-up cases
+# always run 300 times per side).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -132,7 +133,10 @@ bench() {
         peers+=("$work/peer$round.json")
         ourss+=("$work/ours$round.json")
     done
-    report "$name" "$target" "$prepare" "$peer" "$ours" "$(median_ms "${peers[@]}")" "$(median_ms "${ourss[@]}")"
+    local peerms oursms
+    peerms=$(median_ms "${peers[@]}")
+    oursms=$(median_ms "${ourss[@]}")
+    report "$name" "$target" "$prepare" "$peer" "$ours" "$peerms" "$oursms"
 }
 
 # report NAME TARGET PREPARE PEER OURS PEER_MS OURS_MS: the case's row, with each side's peak RSS.
@@ -159,16 +163,20 @@ bench_start() {
 import os, shlex, statistics, sys, time
 
 commands = [shlex.split(argument) for argument in sys.argv[1:]]
-null = os.open("/dev/null", os.O_WRONLY)
+null = os.open("/dev/null", os.O_RDWR)
+# As hyperfine runs them: nothing on standard input, output and errors dropped.
+quiet = [(os.POSIX_SPAWN_DUP2, null, fd) for fd in (0, 1, 2)]
 times = ([], [])
 for turn in range(10 + 300):
     for side in (turn % 2, 1 - turn % 2):
         start = time.perf_counter()
-        pid = os.posix_spawnp(commands[side][0], commands[side], os.environ,
-                              file_actions=[(os.POSIX_SPAWN_DUP2, null, 1)])
-        os.waitpid(pid, 0)
+        pid = os.posix_spawnp(commands[side][0], commands[side], os.environ, file_actions=quiet)
+        _, status = os.waitpid(pid, 0)
+        elapsed = time.perf_counter() - start
+        if os.waitstatus_to_exitcode(status) != 0:
+            sys.exit(f"bench_start: {shlex.join(commands[side])} failed")
         if turn >= 10:  # the first ten turns warm up
-            times[side].append(time.perf_counter() - start)
+            times[side].append(elapsed)
 print(" ".join(f"{statistics.median(side) * 1000:.3f}" for side in times))
 PYTHON
     )
