@@ -48,6 +48,13 @@ struct DCopy: ParsableCommand {
             printError("dcopy: \(problem)\n")
             Glibc.exit(1)
         }
+        // A command line without options (`dcopy a b`, cp's commonest use) skips ArgumentParser, as dcat's
+        // does: with nothing to parse, its parse only costs the start-up its reflection over every protocol
+        // conformance of the binary, and its defaults are the flags' (all off). The operands are argv's
+        // anyway (`operandBytes`), and their checks (a missing one, a directory without -r) are the copier's.
+        if optionArguments().isEmpty {
+            copy(recursive: false, preserve: false, verbose: false, progress: false)
+        }
         // cp's words and exit status (1) for an option it does not have, not ArgumentParser's (64).
         let refusal = unknownOptionMessage(
             in: CommandLine.arguments.dropFirst(),
@@ -70,6 +77,11 @@ struct DCopy: ParsableCommand {
     }
 
     func run() throws {
+        Self.copy(recursive: recursive, preserve: preserve, verbose: verbose, progress: progress)
+    }
+
+    /// Copies the operands with these options and exits with the copier's status.
+    private static func copy(recursive: Bool, preserve: Bool, verbose: Bool, progress: Bool) -> Never {
         // Before anything opens a descriptor (the engine opens its ring when the copier is made).
         let standard = StandardDescriptors.reserve()
         let options = Options(recursive: recursive, preserve: preserve, verbose: verbose)
@@ -78,7 +90,7 @@ struct DCopy: ParsableCommand {
             showProgress: progress && isatty(STDERR_FILENO) == 1,
             outputWasClosed: standard.outputWasClosed
         )
-        Glibc.exit(copier.run(Self.operandBytes()))
+        Glibc.exit(copier.run(operandBytes()))
     }
 
     /// Whether argument `index` of argv is an option, as getopt finds them: dcopy's options take no values,
