@@ -4,9 +4,10 @@
 # Warm page cache; each case runs the peer and ours in alternating hyperfine blocks (A B A B ...: this
 # machine drifts), the start-up cases 300 single runs of each side in turn, then prints the medians, the
 # ratio ours/peer, the target from issue 7 and the peak RSS of each side (/usr/bin/time -f %M). Inputs
-# and outputs live in $BENCH_DIR, made once; by default on tmpfs (/dev/shm) when there is one, so that both sides measure the copy and not the disk's writeback of
-# the previous run's gigabyte (on this machine's ext4, `cp -r` of 10,000 small files swung from 0.6 to
-# 1.9 s with the journal; on tmpfs it takes the 75-80 ms the issue quotes). About 4 GiB of memory.
+# and outputs live in $BENCH_DIR, made once; by default on tmpfs (/dev/shm) when there is one, so that
+# both sides measure the copy and not the disk's writeback of the previous run's gigabyte (on this
+# machine's ext4, `cp -r` of 10,000 small files swung from 0.6 to 1.9 s with the journal; on tmpfs it
+# takes the 75-80 ms the issue quotes). About 4 GiB of memory.
 # Usage: bash Scripts/bench-tools.sh [ROUNDS] (default 3 blocks of 5 runs per side; the start-up cases
 # always run 300 times per side).
 set -euo pipefail
