@@ -339,31 +339,62 @@ struct EngineTests {
 
     /// Threads of this process in `open` of a FIFO that waits for its other end (`wait_for_partner`).
     private func threadsWaitingForAFIFOPeer() -> Int {
-        guard let tasks = opendir("/proc/self/task") else { return 0 }
-        defer { closedir(tasks) }
-        var count = 0
-        while let entry = readdir(tasks) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) {
-                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            guard name.first?.isNumber == true else { continue }
-            let fd = Glibc.open("/proc/self/task/\(name)/wchan", O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { continue }
-            var buffer = [UInt8](repeating: 0, count: 64)
-            let n = read(fd, &buffer, buffer.count)
-            close(fd)
-            if n > 0 && String(decoding: buffer[..<n], as: UTF8.self) == "wait_for_partner" { count += 1 }
-        }
-        return count
+        threadFiles("wchan").values.filter { $0 == "wait_for_partner" }.count
     }
 
     /// Waits, for at most 10 s, until `count` threads wait in a FIFO's open: the open is then in its system
     /// call, not queued. (Where `wchan` tells nothing, the test goes on after the 10 s.)
     private func waitForThreadsWaitingForAFIFOPeer(_ count: Int) async {
+        await poll { threadsWaitingForAFIFOPeer() >= count }
+    }
+
+    /// Checks `condition` every millisecond until it holds or 10 s have passed: for the kernel's state of
+    /// this process's threads, which sends no event to wait for.
+    private func poll(until condition: () -> Bool) async {
         let deadline = ContinuousClock.now + .seconds(10)
-        while threadsWaitingForAFIFOPeer() < count && ContinuousClock.now < deadline {
+        while !condition() && ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(1))
         }
+    }
+
+    /// The io_uring engine has the kernel start its ring's first worker at once, beside the caller's own
+    /// start-up: the first request the kernel cannot run inline (a read of a tmpfs file) then does not wait
+    /// for a thread to be made. io_uring names a ring's workers after the thread that submits to it.
+    @Test func theRingsFirstWorkerStartsWithTheEngine() async throws {
+        let before = Set(threadFiles("comm").keys)
+        let engine = try IOEngine(kind: .uring)
+        defer { engine.shutdown() }
+        func workerOfANewThread() -> Bool {
+            let threads = threadFiles("comm")
+            let workers = Set(threads.keys.filter { !before.contains($0) }.map { "iou-wrk-\($0)" })
+            return threads.values.contains { workers.contains($0) }
+        }
+        // Nothing is submitted, so only the engine's own start can make the worker.
+        await poll(until: workerOfANewThread)
+        #expect(workerOfANewThread(), "no io_uring worker named after the engine's ring thread")
+    }
+
+    /// One file of each of this process's threads in `/proc/self/task`, by thread ID, without its final
+    /// newline: `comm` is the thread's name, `wchan` where it waits.
+    private func threadFiles(_ file: String) -> [String: String] {
+        guard let tasks = opendir("/proc/self/task") else { return [:] }
+        defer { closedir(tasks) }
+        var contents: [String: String] = [:]
+        while let entry = readdir(tasks) {
+            let id = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            guard id.first?.isNumber == true else { continue }
+            let fd = Glibc.open("/proc/self/task/\(id)/\(file)", O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { continue }
+            var buffer = [UInt8](repeating: 0, count: 64)
+            let n = read(fd, &buffer, buffer.count)
+            close(fd)
+            if n > 0 {
+                contents[id] = String(decoding: buffer[..<n].prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)
+            }
+        }
+        return contents
     }
 
     @Test(arguments: EngineKind.allCases)
