@@ -359,7 +359,9 @@ struct EngineTests {
 
     /// The io_uring engine has the kernel start its ring's first worker at once, beside the caller's own
     /// start-up: the first request the kernel cannot run inline (a read of a tmpfs file) then does not wait
-    /// for a thread to be made. io_uring names a ring's workers after the thread that submits to it.
+    /// for a thread to be made. io_uring names a thread's workers `iou-wrk-<its thread ID>`. (A worker of
+    /// another engine made meanwhile would pass this too: the package's tests run one at a time,
+    /// `--no-parallel`.)
     @Test func theRingsFirstWorkerStartsWithTheEngine() async throws {
         let before = Set(threadFiles("comm").keys)
         let engine = try IOEngine(kind: .uring)

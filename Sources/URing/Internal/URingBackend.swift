@@ -460,16 +460,19 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
 
     /// Has the kernel start the ring's first worker thread now, beside the caller's own start-up, with an
     /// offloaded no-op. Requests the kernel cannot run inline go to these workers: a read of a tmpfs or
-    /// /proc file (neither has a non-blocking read), a write to tmpfs, an open that creates a file or
-    /// misses the dentry cache, a splice. The first one of a process otherwise waited while the kernel made
-    /// a thread (the worker ran 0.2 ms before the read it was made for). Measured on 2026-11-26 in 500–800
-    /// runs in turn: dcat of an empty file on tmpfs 0.95–0.96× the time, dcopy of one 4 KiB file 0.96×; on
-    /// ext4, whose reads run inline, dcat of an empty file took the same time either way. The kernel keeps
-    /// its last worker when it falls idle, so this costs one sleeping thread for the ring's life.
+    /// /proc file (neither has a non-blocking read), a write to tmpfs, an open with `O_CREAT` or `O_TRUNC`
+    /// or one that misses the dentry cache, a splice. The first one of each engine otherwise waited while
+    /// the kernel made a thread (the worker ran 0.2 ms before the read it was made for). Measured on
+    /// 2026-11-26 in 500–800 runs in turn: dcat of an empty file on tmpfs 0.95–0.96× the time, dcopy of one
+    /// 4 KiB file 0.96×; on ext4, whose reads run inline, dcat of an empty file took the same time either
+    /// way. The kernel keeps the last idle worker of the pool this warms (the one for files; offloaded
+    /// requests on pipes and sockets have another), so this costs one sleeping thread for the ring's life.
+    /// The no-op posts no completion unless it fails (cancelled by a drain), so it does not wake this
+    /// thread.
     private func warmWorker() {
         let sqe = nextSQE()
         io_uring_prep_nop(sqe)
-        sqe.pointee.flags |= UInt8(1 << IOSQE_ASYNC_BIT)
+        sqe.pointee.flags |= UInt8(1 << IOSQE_ASYNC_BIT) | UInt8(1 << IOSQE_CQE_SKIP_SUCCESS_BIT)
         io_uring_sqe_set_data64(sqe, Self.warmID)
     }
 
