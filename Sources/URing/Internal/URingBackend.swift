@@ -463,12 +463,12 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     /// /proc file (neither has a non-blocking read), a write to tmpfs, an open with `O_CREAT` or `O_TRUNC`
     /// or one that misses the dentry cache, a splice. The first one of each engine otherwise waited while
     /// the kernel made a thread (the worker ran 0.2 ms before the read it was made for). Measured on
-    /// 2026-11-26 in 500–800 runs in turn: dcat of an empty file on tmpfs 0.95–0.96× the time, dcopy of one
-    /// 4 KiB file 0.96×; on ext4, whose reads run inline, dcat of an empty file took the same time either
-    /// way. The kernel keeps the last idle worker of the pool this warms (the one for files; offloaded
-    /// requests on pipes and sockets have another), so this costs one sleeping thread for the ring's life.
-    /// The no-op posts no completion unless it fails (cancelled by a drain), so it does not wake this
-    /// thread.
+    /// 2026-11-26 in batches of 600–800 runs in turn: dcat of an empty file on tmpfs took 0.95–0.99× the
+    /// time (the gain was least when the host was busiest); dcopy of one 4 KiB file, and dcat of an empty
+    /// file on ext4 (whose reads run inline), the same time either way. The kernel keeps the last idle
+    /// worker of the pool this warms (the one for files; offloaded requests on pipes and sockets have
+    /// another), so this costs one sleeping thread for the ring's life. The no-op posts no completion
+    /// unless it fails (cancelled by a drain), so it does not wake this thread.
     private func warmWorker() {
         let sqe = nextSQE()
         io_uring_prep_nop(sqe)
