@@ -38,8 +38,8 @@ struct DCopy: ParsableCommand {
     @Flag(name: .long, help: "Show a progress bar on standard error when it is a terminal.")
     var progress = false
 
-    /// Never filled by the parser, which sees only the options (``optionArguments()``); declared for the
-    /// help text. The operands are ``operandBytes()``.
+    /// Never filled by the parser, which sees only the options; declared for the help text. The operands
+    /// are taken from ``words``.
     @Argument(help: "Sources, then the destination.")
     var paths: [String] = []
 
@@ -51,8 +51,8 @@ struct DCopy: ParsableCommand {
         // A command line without options (`dcopy a b`, cp's commonest use) skips ArgumentParser, as dcat's
         // does: with nothing to parse, its parse only costs the start-up its reflection over every protocol
         // conformance of the binary, and its defaults are the flags' (all off). The operands are argv's
-        // anyway (`operandBytes`), and their checks (a missing one, a directory without -r) are the copier's.
-        if optionArguments().isEmpty {
+        // anyway (``words``), and their checks (a missing one, a directory without -r) are the copier's.
+        if words.options.isEmpty {
             copy(recursive: false, preserve: false, verbose: false, progress: false)
         }
         // cp's words and exit status (1) for an option it does not have, not ArgumentParser's (64).
@@ -65,8 +65,8 @@ struct DCopy: ParsableCommand {
             if let refusal { throw ValidationError(refusal) }
             // ArgumentParser gets the options alone: its parse of positional arguments takes time that
             // grows with their square (6,000 sources: 1.1 s, where cp takes 0.02 s of user time), and the
-            // operands are read from argv anyway (`operandBytes`).
-            var command = try parseAsRoot(Self.optionArguments())
+            // operands are read from argv anyway (``words``).
+            var command = try parseAsRoot(words.optionStrings)
             try command.run()
         } catch  where exitCode(for: error) == .validationFailure {
             printError("dcopy: \(refusal ?? message(for: error))\nTry 'dcopy --help' for more information.\n")
@@ -90,39 +90,11 @@ struct DCopy: ParsableCommand {
             showProgress: progress && isatty(STDERR_FILENO) == 1,
             outputWasClosed: standard.outputWasClosed
         )
-        Glibc.exit(copier.run(operandBytes()))
+        Glibc.exit(copier.run(words.operands))
     }
 
-    /// Whether argument `index` of argv is an option, as getopt finds them: dcopy's options take no values,
-    /// so that is anything starting with `-` but `-` itself, before the first `--` (at `optionsEnd`).
-    private static func isOption(_ index: Int, optionsEnd: Int) -> Bool {
-        let argument = CommandLine.unsafeArgv[index]!
-        return index < optionsEnd && argument[0] == CChar(UInt8(ascii: "-")) && argument[1] != 0
-    }
-
-    /// The index in argv of the first `--`, or `argc`.
-    private static func optionsEnd() -> Int {
-        (1..<Int(CommandLine.argc)).first { strcmp(CommandLine.unsafeArgv[$0]!, "--") == 0 } ?? Int(CommandLine.argc)
-    }
-
-    /// The options of the command line, for ArgumentParser.
-    static func optionArguments() -> [String] {
-        let end = optionsEnd()
-        return (1..<Int(CommandLine.argc)).filter { isOption($0, optionsEnd: end) }.map {
-            String(cString: CommandLine.unsafeArgv[$0]!)
-        }
-    }
-
-    /// The operands' bytes as the kernel gave them: a file name need not be UTF-8, and ArgumentParser's
-    /// strings replace bytes that are not with U+FFFD, which names another file. The operands are the
-    /// arguments that are not options: `-`, anything not starting with `-`, and everything after the first
-    /// `--`.
-    static func operandBytes() -> [PathName] {
-        let end = optionsEnd()
-        return (1..<Int(CommandLine.argc)).filter { $0 != end && !isOption($0, optionsEnd: end) }.map {
-            PathName(CommandLine.unsafeArgv[$0]!)
-        }
-    }
+    /// The command line, split as getopt splits it; the operands are its bytes as the kernel gave them.
+    private static let words = CommandLineWords.current()
 }
 
 /// What the command line asked for.

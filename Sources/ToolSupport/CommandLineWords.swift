@@ -1,0 +1,41 @@
+/// A command line split into options and operands, as getopt splits one for tools whose options take no
+/// values: before the first `--`, an argument that starts with `-` and is not `-` alone is an option,
+/// wherever it stands (`cp a b -r`, as GNU getopt permutes); that `--` ends the options and is dropped; all
+/// else is an operand, in order (`-` among them, standard input to cat, a file named `-` to cp).
+///
+/// Both tools split their command line before anything else, so that one without options skips
+/// ArgumentParser, whose start-up reflects over every protocol conformance of the binary. Options and
+/// operands keep the kernel's bytes: a file name need not be UTF-8.
+package struct CommandLineWords: Sendable {
+    /// The options, in order.
+    package let options: [PathName]
+    /// The operands, in order.
+    package let operands: [PathName]
+
+    /// Splits `arguments`, a command line without the program's name.
+    package init(_ arguments: [PathName]) {
+        let optionsEnd = arguments.firstIndex(of: "--") ?? arguments.endIndex
+        var options: [PathName] = []
+        var operands: [PathName] = []
+        for (index, argument) in arguments.enumerated() where index != optionsEnd {
+            if index < optionsEnd && argument.looksLikeAnOption && argument != "-" {
+                options.append(argument)
+            } else {
+                operands.append(argument)
+            }
+        }
+        self.options = options
+        self.operands = operands
+    }
+
+    /// This process's command line, from `argv` (none at all when ``unreadableCommandLine()`` has a reason).
+    package static func current() -> CommandLineWords {
+        CommandLineWords((1..<max(1, Int(CommandLine.argc))).map { PathName(CommandLine.unsafeArgv[$0]!) })
+    }
+
+    /// The options as strings, for ArgumentParser (bytes that are not UTF-8 become U+FFFD, which only an
+    /// unknown option's message shows).
+    package var optionStrings: [String] {
+        options.map { String(decoding: $0.bytes, as: UTF8.self) }
+    }
+}
