@@ -33,8 +33,8 @@ package struct CommandLineWords: Sendable {
         CommandLineWords((1..<max(1, Int(CommandLine.argc))).map { PathName(CommandLine.unsafeArgv[$0]!) })
     }
 
-    /// The options as strings, for ArgumentParser (bytes that are not UTF-8 become U+FFFD, which only an
-    /// unknown option's message shows).
+    /// The options as strings, for ArgumentParser (bytes that are not UTF-8 would become U+FFFD, but no
+    /// option has them: such an option is unknown, and refused before the parse).
     package var optionStrings: [String] {
         options.map { String(decoding: $0.bytes, as: UTF8.self) }
     }

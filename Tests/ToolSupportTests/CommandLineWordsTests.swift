@@ -32,6 +32,12 @@ import ToolSupport
         #expect(split(["--", "-n"]) == ([], ["-n"]))
         #expect(split(["-v", "--", "-r", "a", "--", "b"]) == (["-v"], ["-r", "a", "--", "b"]))
         #expect(split(["a", "--"]) == ([], ["a"]))
+        #expect(split(["--"]) == ([], []))  // `dcat --` reads standard input
+    }
+
+    /// An empty argument is an operand (`cp ''` reports it), not an option.
+    @Test func anEmptyArgumentIsAnOperand() {
+        #expect(split([""]) == ([], [""]))
     }
 
     /// ArgumentParser gets the options as strings; the operands keep bytes that are not UTF-8.
