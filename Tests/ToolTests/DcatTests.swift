@@ -482,6 +482,24 @@ struct DcatTests {
         #expect(process.terminationStatus == 0)
     }
 
+    /// At its limit of processes and threads (`ulimit -u`), dcat cannot run, and it stops with the reason
+    /// instead of hanging. As a user of its own (uid 60999, with no other process), `ulimit -u 2` leaves
+    /// room for the main thread and one more: the io_uring engine starts its thread, and then no worker can
+    /// be started for the read's handler; the POSIX engine cannot start its second thread. Before, the
+    /// handler waited for a worker forever (the run timed out), and a thread the engine could not start
+    /// killed the process with a bare SIGILL, its message lost in the optimised build.
+    @Test func aThreadLimitStopsItWithTheReason() throws {
+        try inScratch { scratch in
+            let drop = isRoot ? "setpriv --reuid=60999 --regid=60999 --clear-groups" : ""
+            let outcome = try scratch.run("printf x > f; chmod 644 f; \(drop) bash -c 'ulimit -u 2; exec \"$DCAT\" f'")
+            #expect(outcome.status != 124, "timed out")
+            #expect(outcome.status > 128)
+            #expect(outcome.stderr.contains("Fatal error: cannot start "))
+            #expect(outcome.stderr.contains("(pthread_create: Resource temporarily unavailable)"))
+            #expect(outcome.stderr.contains("ulimit -u"))
+        }
+    }
+
     @Test func unreadableFileAsUnprivilegedUser() throws {
         try inScratch { scratch in
             let drop = isRoot ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : ""

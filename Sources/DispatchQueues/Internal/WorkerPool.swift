@@ -160,26 +160,51 @@ final class WorkerPool: @unchecked Sendable {
 
     // MARK: Workers
 
+    /// Starts a worker thread; `threads` and `wakesInFlight` already count it.
+    ///
+    /// When it cannot be started and no other worker exists, nothing would ever run the queued work: the
+    /// pool tries again for a while (a thread of the process may be ending, as libdispatch, which tries
+    /// forever, expects), then stops the process with the reason instead of hanging. With other workers,
+    /// they take the work, as before.
     private func spawnWorker() {
-        var thread = pthread_t()
-        let rc = pthread_create(
-            &thread,
-            nil,
-            { _ in
-                WorkerPool.shared.workerMain()
-                return nil
-            },
-            nil
-        )
-        if rc == 0 {
-            pthread_detach(thread)
-        } else {
+        var attempts = 0
+        while true {
+            var thread = pthread_t()
+            let rc = pthread_create(
+                &thread,
+                nil,
+                { _ in
+                    WorkerPool.shared.workerMain()
+                    return nil
+                },
+                nil
+            )
+            if rc == 0 {
+                pthread_detach(thread)
+                return
+            }
             lock.lock()
             threads -= 1
             wakesInFlight -= 1
+            let stranded = threads == 0 && pending > 0
+            if stranded && rc == EAGAIN && attempts < Self.spawnAttempts {
+                threads += 1
+                wakesInFlight += 1
+                lock.unlock()
+                attempts += 1
+                usleep(Self.spawnPause)
+                continue
+            }
             lock.unlock()
+            if stranded { cannotStartThread("a worker thread for queued work", error: rc) }
+            return
         }
     }
+
+    /// Attempts, and the pause in microseconds between them, to start a worker when there is none: 100 ms
+    /// in all, after which a limit on threads is not a passing one.
+    private static let spawnAttempts = 50
+    private static let spawnPause: UInt32 = 2_000
 
     private func workerMain() {
         let context = ThreadContext.current

@@ -134,7 +134,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             },
             context
         )
-        precondition(rc == 0, "pthread_create for the POSIX engine failed: \(rc)")
+        if rc != 0 { cannotStartThread("a thread of the POSIX engine", error: rc) }
         return thread
     }
 

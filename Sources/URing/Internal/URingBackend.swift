@@ -280,7 +280,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             },
             context
         )
-        precondition(rc == 0, "pthread_create for the io_uring thread failed: \(rc)")
+        if rc != 0 { cannotStartThread("the io_uring engine's thread", error: rc) }
         handoff.withLock { joiner = thread }
     }
 
