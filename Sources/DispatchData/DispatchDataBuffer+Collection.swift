@@ -27,6 +27,9 @@ extension DispatchDataBuffer: RandomAccessCollection {
     /// - Parameter position: The offset of the byte.
     @inlinable
     public subscript(position: Int) -> UInt8 {
+        // A precondition, not `require`: this check runs on every access, and an optimised build makes it a
+        // bare trap without the message. With `require` the DataBenchmark subscript row took 14.8 ms against
+        // 13.8 (medians of six alternating runs, ranges overlapping), so the cheaper check stays.
         precondition(
             position >= 0 && position < count,
             "DispatchDataBuffer: index \(position) is out of range 0..<\(count)"

@@ -34,8 +34,8 @@ import Musl
 ///   what was asked, naming the misuse (A17).
 /// - Creating a buffer from a `nil` address or zero bytes gives ``empty`` (A5).
 ///
-/// Traps are `precondition`s: they stop the process with a message, in release builds too, and never touch memory
-/// outside the buffer.
+/// Traps stop the process with a message that names the misuse, in optimised builds too (see `require`), except the
+/// subscript's index check, which an optimised build makes a bare trap; none touches memory outside the buffer.
 public struct DispatchDataBuffer: Sendable {
     /// The regions, in order, with running logical offsets. Empty for the empty buffer; never holds an empty segment.
     @usableFromInline
@@ -144,7 +144,7 @@ public struct DispatchDataBuffer: Sendable {
     ///     passed to `munmap`.
     ///   - deallocator: What releases the memory; `.free` by default, as in the toolchain.
     public init(bytesNoCopy bytes: UnsafeRawBufferPointer, deallocator: Deallocator = .free) {
-        precondition(bytes.count >= 0, "DispatchDataBuffer(bytesNoCopy:): negative byte count \(bytes.count)")
+        require(bytes.count >= 0, "DispatchDataBuffer(bytesNoCopy:): negative byte count \(bytes.count)")
         let base = UnsafeMutableRawPointer(mutating: bytes.baseAddress)
         guard let base, bytes.count > 0 else {
             Storage.release(base, bytes.count, deallocator)
@@ -233,7 +233,7 @@ public struct DispatchDataBuffer: Sendable {
     /// which would otherwise wrap the offsets of every region after it.
     @inlinable
     static func checkTotal(_ first: Int, _ second: Int) {
-        precondition(
+        require(
             !first.addingReportingOverflow(second).overflow,
             "DispatchDataBuffer: concatenating \(first) and \(second) bytes overflows Int"
         )
@@ -290,7 +290,7 @@ public struct DispatchDataBuffer: Sendable {
     /// - Parameter range: Offsets of the bytes wanted.
     /// - Returns: The bytes in `range`, clamped to the buffer.
     public func subdata(in range: Range<Int>) -> DispatchDataBuffer {
-        precondition(
+        require(
             range.lowerBound >= 0,
             "DispatchDataBuffer.subdata(in:): range \(range) starts before offset 0"
         )
@@ -339,7 +339,7 @@ public struct DispatchDataBuffer: Sendable {
     /// - Parameter location: The offset of a byte.
     /// - Returns: The region containing it and the region's offset.
     public func region(location: Int) -> (data: DispatchDataBuffer, offset: Int) {
-        precondition(location >= 0, "DispatchDataBuffer.region(location:): negative location \(location)")
+        require(location >= 0, "DispatchDataBuffer.region(location:): negative location \(location)")
         guard location < count else { return (.empty, count) }
         if segments.count == 1 { return (self, 0) }
         let segment = segments[segments.segmentIndex(containing: location)]
@@ -459,11 +459,11 @@ public struct DispatchDataBuffer: Sendable {
     ///   - destination: Where to copy to, starting at its first byte.
     ///   - range: Offsets of the bytes to copy.
     public func copyBytes(to destination: UnsafeMutableRawBufferPointer, from range: Range<Int>) {
-        precondition(
+        require(
             range.lowerBound >= 0 && range.upperBound <= count,
             "DispatchDataBuffer.copyBytes(to:from:): range \(range) is outside 0..<\(count)"
         )
-        precondition(
+        require(
             destination.count >= range.count,
             "DispatchDataBuffer.copyBytes(to:from:): destination holds \(destination.count) bytes, range has \(range.count)"
         )
@@ -494,7 +494,7 @@ public struct DispatchDataBuffer: Sendable {
     ///   - destination: Where to copy to.
     ///   - count: How many bytes to copy from the start of the buffer.
     public func copyBytes(to destination: UnsafeMutableRawBufferPointer, count: Int) {
-        precondition(count >= 0, "DispatchDataBuffer.copyBytes(to:count:): negative count \(count)")
+        require(count >= 0, "DispatchDataBuffer.copyBytes(to:count:): negative count \(count)")
         copyBytes(to: destination, from: 0..<count)
     }
 
@@ -506,7 +506,7 @@ public struct DispatchDataBuffer: Sendable {
     ///   - destination: Where to copy to.
     ///   - count: How many bytes to copy from the start of the buffer.
     public func copyBytes(to destination: UnsafeMutablePointer<UInt8>, count: Int) {
-        precondition(count >= 0, "DispatchDataBuffer.copyBytes(to:count:): negative count \(count)")
+        require(count >= 0, "DispatchDataBuffer.copyBytes(to:count:): negative count \(count)")
         copyBytes(to: UnsafeMutableRawBufferPointer(start: destination, count: count), from: 0..<count)
     }
 
@@ -537,7 +537,7 @@ public struct DispatchDataBuffer: Sendable {
         from range: Range<Int>? = nil
     ) -> Int {
         let range = range ?? 0..<count
-        precondition(
+        require(
             range.lowerBound >= 0 && range.upperBound <= count,
             "DispatchDataBuffer.copyBytes(to:from:): range \(range) is outside 0..<\(count)"
         )

@@ -441,10 +441,9 @@ package final class IOEngine: Sendable {
         keepOpen: Bool = false,
         then handler: @escaping @Sendable (FileCopyOutcome) -> Void
     ) {
-        precondition(
-            length > 0 && length <= Self.wholeFileCopyLimit,
-            "IOEngine.copyFile: length \(length) is not 1...\(Self.wholeFileCopyLimit)"
-        )
+        if length <= 0 || length > Self.wholeFileCopyLimit {
+            fatalError("IOEngine.copyFile: length \(length) is not 1...\(Self.wholeFileCopyLimit)")
+        }
         let copy = LinkedCopy(
             source: CPath(source),
             sourceDirectory: sourceDirectory,

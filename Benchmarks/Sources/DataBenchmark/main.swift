@@ -160,6 +160,29 @@ func runBenchmark() {
                 consume(total)
             }
         ),
+        Row(
+            // Random access: each read a binary search over the regions, and the index check (A17).
+            name: "subscript, 65,536 offsets",
+            repetitions: 1,
+            ours: {
+                var total = 0
+                var index = 0
+                for _ in 0..<(1 << 16) {
+                    total &+= Int(ours[index])
+                    index = (index &+ 40_009) % ours.count
+                }
+                consume(total)
+            },
+            theirs: {
+                var total = 0
+                var index = 0
+                for _ in 0..<(1 << 16) {
+                    total &+= Int(theirs[index])
+                    index = (index &+ 40_009) % theirs.count
+                }
+                consume(total)
+            }
+        ),
     ]
 
     print(

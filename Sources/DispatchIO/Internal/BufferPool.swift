@@ -33,8 +33,9 @@ final class BufferPool: @unchecked Sendable {
         if let buffer = lock.withLock({ idle.popLast() }) { return buffer }
         var pointer: UnsafeMutableRawPointer?
         let rc = posix_memalign(&pointer, 4096, size)
-        precondition(rc == 0 && pointer != nil, "out of memory allocating a \(size)-byte I/O buffer")
-        return pointer!
+        // fatalError, whose message an optimised build keeps (a precondition's it drops).
+        guard rc == 0, let pointer else { fatalError("out of memory allocating a \(size)-byte I/O buffer") }
+        return pointer
     }
 
     func give(_ buffer: UnsafeMutableRawPointer) {

@@ -462,7 +462,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             let count = epoll_wait(epollFD, events, CInt(capacity), -1)
             if count < 0 {
                 if errno == EINTR { continue }
-                preconditionFailure("epoll_wait failed: \(Errno(rawValue: errno))")
+                fatalError("epoll_wait failed: \(Errno(rawValue: errno))")
             }
             for index in 0..<Int(count) {
                 let key = events[index].data.u64

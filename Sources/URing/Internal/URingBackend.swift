@@ -324,10 +324,9 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     }
 
     func shutdown() {
-        precondition(
-            ringThread.load(ordering: .acquiring) != UInt(pthread_self()),
-            "IOEngine.shutdown() called from the engine's own thread (inside a completion handler)"
-        )
+        if ringThread.load(ordering: .acquiring) == UInt(pthread_self()) {
+            fatalError("IOEngine.shutdown() called from the engine's own thread (inside a completion handler)")
+        }
         let thread = handoff.withLock { () -> pthread_t? in
             if stopping { return nil }
             stopping = true
@@ -348,7 +347,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         ringThread.store(UInt(pthread_self()), ordering: .releasing)
         if enableOnRingThread {
             let rc = curing_enable_rings(ring)
-            precondition(rc == 0, "io_uring_enable_rings failed: \(Errno(rawValue: -rc))")
+            if rc != 0 { fatalError("io_uring_enable_rings failed: \(Errno(rawValue: -rc))") }
         }
         if curing_drop_ring_fd(ring) == 1 { descriptorsOpen.subtract(1, ordering: .releasing) }
         sem_post(started)
@@ -425,7 +424,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             let rc = wait == 1 ? io_uring_submit_and_wait(ring, 1) : io_uring_submit_and_get_events(ring)
             sleeping.store(false, ordering: .relaxed)
             if rc < 0 && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN && rc != -ETIME {
-                preconditionFailure("io_uring_enter failed: \(Errno(rawValue: -rc))")
+                fatalError("io_uring_enter failed: \(Errno(rawValue: -rc))")
             }
             reap()
         }
@@ -529,10 +528,9 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             // Woken (0, or the eventfd's 8 bytes), or the word changed before the wait began (EAGAIN), or
             // cancelled by the drain; any other result would come back at once on every re-arm, and the
             // thread would spin.
-            precondition(
-                res >= 0 || res == -EAGAIN || res == -ECANCELED || res == -EINTR,
-                "the ring thread's wake-up wait failed: \(Errno(rawValue: -res))"
-            )
+            if res < 0 && res != -EAGAIN && res != -ECANCELED && res != -EINTR {
+                fatalError("the ring thread's wake-up wait failed: \(Errno(rawValue: -res))")
+            }
             wakeArmed = false
             if !draining { armWake() }
             return
@@ -727,7 +725,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             if rc == -EBUSY || rc == -EAGAIN {
                 stashAll?()
             } else if rc < 0 && rc != -EINTR {
-                preconditionFailure("io_uring_enter failed: \(Errno(rawValue: -rc))")
+                fatalError("io_uring_enter failed: \(Errno(rawValue: -rc))")
             }
         }
         let link = UInt8(1 << IOSQE_IO_LINK_BIT)
