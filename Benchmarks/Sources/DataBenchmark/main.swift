@@ -18,6 +18,18 @@ func consume(_ value: Int) {
     sink &+= value
 }
 
+/// The sum of the bytes at 65,536 offsets spread over `bytes`, each read a random access.
+@inline(__always)
+func sumAtSpreadOffsets<Bytes: Collection>(_ bytes: Bytes) -> Int where Bytes.Index == Int, Bytes.Element == UInt8 {
+    var total = 0
+    var index = 0
+    for _ in 0..<(1 << 16) {
+        total &+= Int(bytes[index])
+        index = (index &+ 40_009) % bytes.count
+    }
+    return total
+}
+
 /// One comparison: the same work done by each side, `repetitions` times per timed run.
 struct Row {
     let name: String
@@ -164,24 +176,8 @@ func runBenchmark() {
             // Random access: each read a binary search over the regions, and the index check (A17).
             name: "subscript, 65,536 offsets",
             repetitions: 1,
-            ours: {
-                var total = 0
-                var index = 0
-                for _ in 0..<(1 << 16) {
-                    total &+= Int(ours[index])
-                    index = (index &+ 40_009) % ours.count
-                }
-                consume(total)
-            },
-            theirs: {
-                var total = 0
-                var index = 0
-                for _ in 0..<(1 << 16) {
-                    total &+= Int(theirs[index])
-                    index = (index &+ 40_009) % theirs.count
-                }
-                consume(total)
-            }
+            ours: { consume(sumAtSpreadOffsets(ours)) },
+            theirs: { consume(sumAtSpreadOffsets(theirs)) }
         ),
     ]
 
