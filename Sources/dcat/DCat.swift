@@ -35,9 +35,8 @@ enum Main {
         if words.options.isEmpty {
             exit(concatenate(words.operands.isEmpty ? ["-"] : words.operands))
         }
-        let arguments = Array(CommandLine.arguments.dropFirst())
         // cat's words and exit status (1) for an option it does not have, not ArgumentParser's (64).
-        let refusal = unknownOptionMessage(in: arguments, shortFlags: ["h"], longFlags: ["help"])
+        let refusal = unknownOptionMessage(in: words.optionStrings, shortFlags: ["h"], longFlags: ["help"])
         do {
             if let refusal { throw ValidationError(refusal) }
             var command = try DCat.parseAsRoot()

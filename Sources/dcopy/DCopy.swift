@@ -57,7 +57,7 @@ struct DCopy: ParsableCommand {
         }
         // cp's words and exit status (1) for an option it does not have, not ArgumentParser's (64).
         let refusal = unknownOptionMessage(
-            in: CommandLine.arguments.dropFirst(),
+            in: words.optionStrings,
             shortFlags: ["r", "R", "p", "v", "h"],
             longFlags: ["recursive", "verbose", "progress", "help"]
         )
