@@ -376,6 +376,37 @@ struct EngineTests {
         #expect(workerOfANewThread(), "no io_uring worker named after the engine's ring thread")
     }
 
+    /// An engine made with one descriptor left under the process's limit has that one free again when
+    /// `init` returns, although the ring took it: `init` waits there for the ring thread, which closes the
+    /// ring's descriptor (dcat opens its file right after making the engine, at `ulimit -n 4`). With
+    /// descriptors to spare it does not wait. The limit here is over 64, so that the probe for a spare
+    /// descriptor, not the rule for low limits, has to see the scarcity.
+    @Test(.enabled(if: kernelAtLeast(6, 8), "before 6.8 the engine also needs an eventfd"))
+    func anEngineMadeAtTheDescriptorLimitLeavesTheLastOneFree() throws {
+        let resource = Int32(RLIMIT_NOFILE.rawValue)
+        var saved = rlimit()
+        try #require(getrlimit(resource, &saved) == 0)
+        var low = saved
+        low.rlim_cur = rlim_t(max(128, openDescriptorCount() + 64))
+        try #require(low.rlim_cur <= saved.rlim_max && setrlimit(resource, &low) == 0)
+        defer { _ = setrlimit(resource, &saved) }
+        // Every number under the limit taken, then one given back.
+        var fillers: [CInt] = []
+        defer { for fd in fillers { close(fd) } }
+        while true {
+            let fd = Glibc.open("/dev/null", O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { break }
+            fillers.append(fd)
+        }
+        try #require(errno == EMFILE && !fillers.isEmpty)
+        close(fillers.removeLast())
+        let engine = try IOEngine(kind: .uring)
+        defer { engine.shutdown() }
+        let opened = Glibc.open("/dev/null", O_RDONLY | O_CLOEXEC)
+        #expect(opened >= 0, "the ring's descriptor was still open: \(Errno(rawValue: errno))")
+        if opened >= 0 { close(opened) }
+    }
+
     /// One file of each of this process's threads in `/proc/self/task`, by thread ID, without its final
     /// newline: `comm` is the thread's name, `wchan` where it waits.
     private func threadFiles(_ file: String) -> [String: String] {
