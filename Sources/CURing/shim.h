@@ -34,6 +34,17 @@ extern int pipe2(int pipefd[2], int flags);
 extern int statx(int dirfd, const char *restrict pathname, int flags, unsigned int mask,
                  struct statx *restrict statxbuf);
 
+// The number of CPUs in the calling thread's affinity mask (up to 1,024), or 0 when it cannot be read. The
+// raw call: glibc's wrapper and CPU_COUNT need _GNU_SOURCE too. The kernel returns the bytes it wrote.
+static inline int curing_affinity_cpu_count(void) {
+    unsigned long mask[16];
+    long size = syscall(SYS_sched_getaffinity, 0, sizeof mask, mask);
+    if (size <= 0) return 0;
+    int count = 0;
+    for (long word = 0; word < size / (long)sizeof mask[0]; word++) count += __builtin_popcountl(mask[word]);
+    return count;
+}
+
 // `statx` the function collides with `struct statx` in Swift; this name does not.
 static inline int callStatx(int dirfd, const char *pathname, int flags, unsigned int mask, struct statx *buffer) {
     return statx(dirfd, pathname, flags, mask, buffer);

@@ -283,7 +283,7 @@ final class Copier: @unchecked Sendable {
     /// Where files' completions run: one serial queue per core, a file on one of them. Serial queues take
     /// the channels' handlers directly (a concurrent queue needs a private serial queue per operation to
     /// keep its handlers in order), and a file's steps never run at once anyway.
-    private let queues: [WorkQueue] = (0..<max(1, sysconf(Int32(_SC_NPROCESSORS_ONLN)))).map { _ in
+    private let queues: [WorkQueue] = (0..<usableProcessorCount()).map { _ in
         WorkQueue(label: "dcopy")
     }
     private let nextQueue = Locked(0)

@@ -407,6 +407,22 @@ struct EngineTests {
         if opened >= 0 { close(opened) }
     }
 
+    /// The processor count the pools size themselves by is the process's affinity, as the kernel shows it
+    /// in `/proc/self/status`. (Under `taskset -c 0` this tells it from the count of online CPUs.)
+    @Test func theProcessorCountIsTheAffinityMasks() throws {
+        let fd = Glibc.open("/proc/self/status", O_RDONLY | O_CLOEXEC)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 8192)
+        let n = read(fd, &buffer, buffer.count)
+        try #require(n > 0)
+        let status = String(decoding: buffer[..<n], as: UTF8.self)
+        let line = try #require(status.split(separator: "\n").first { $0.hasPrefix("Cpus_allowed:") })
+        let mask = line.dropFirst("Cpus_allowed:".count).filter(\.isHexDigit)
+        let allowed = mask.reduce(0) { $0 + Int(String($1), radix: 16)!.nonzeroBitCount }
+        #expect(usableProcessorCount() == allowed)
+    }
+
     /// One file of each of this process's threads in `/proc/self/task`, by thread ID, without its final
     /// newline: `comm` is the thread's name, `wchan` where it waits.
     private func threadFiles(_ file: String) -> [String: String] {

@@ -60,8 +60,7 @@ final class WorkerPool: @unchecked Sendable {
     private static let idleSpin = 2_000
 
     private init() {
-        let online = sysconf(Int32(_SC_NPROCESSORS_ONLN))
-        cores = max(1, online)
+        cores = usableProcessorCount()
     }
 
     // MARK: Submission
