@@ -108,8 +108,10 @@ enum IOTuning {
 /// faster than the page cache takes writes, and without this the difference piles up in pending writes
 /// (390 MiB for a 1 GiB copy, measured). libdispatch bounds it by running one system call per device at
 /// a time; here reads from regular files simply stop issuing while more than `limit` bytes wait to be
-/// written to regular files. Writes to regular files always make progress on their own, so this cannot
-/// deadlock; writes to pipes and sockets are not counted, since they may wait on a peer forever.
+/// written to regular files. Writes to regular files make progress on their own, unless they wait behind
+/// such a read on its own file (a stream channel's lane, or a barrier): a read only waits while nothing is
+/// queued on its file, and wakes when something is (``wakeReads(of:)``). Writes to pipes and sockets are
+/// not counted, since they may wait on a peer forever.
 final class WriteBacklog: @unchecked Sendable {
     static let shared = WriteBacklog(limit: 16 << 20)
 
@@ -128,6 +130,18 @@ final class WriteBacklog: @unchecked Sendable {
             guard bytes <= limit, !waiting.isEmpty else { return [] }
             defer { waiting.removeAll() }
             return waiting
+        }
+        for operation in wake { operation.progress() }
+    }
+
+    /// Wakes the reads of `entry` that wait for the backlog: something was queued behind them there, which
+    /// may be a write the backlog counts and which cannot start before they end.
+    func wakeReads(of entry: FileEntry) {
+        let wake = lock.withLock { () -> [IOOperation] in
+            guard !waiting.isEmpty else { return [] }
+            let woken = waiting.filter { $0.entry === entry }
+            waiting.removeAll { $0.entry === entry }
+            return woken
         }
         for operation in wake { operation.progress() }
     }

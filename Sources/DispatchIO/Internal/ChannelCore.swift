@@ -64,6 +64,14 @@ final class ChannelCore: @unchecked Sendable {
         return lock.withLock { failure ?? entryError }
     }
 
+    /// The error a queued operation of this channel fails with instead of starting: ECANCELED once stopped
+    /// (a `read` that passed the closed check while `close(flags: .stop)` ran is queued after the stop took
+    /// the queue, B30), else ``operationFailure``. Called under the entry's lock.
+    var startFailure: Errno? {
+        let entryError = entry.failure(for: type)
+        return lock.withLock { stopped ? .canceled : failure ?? entryError }
+    }
+
     /// Runs the cleanup handler, once, on the channel's queue with no error (B4, B5).
     func runCleanup() {
         let send = lock.withLock { () -> Bool in

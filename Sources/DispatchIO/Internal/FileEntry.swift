@@ -226,6 +226,7 @@ final class FileEntry: @unchecked Sendable {
             return pump()
         }
         for action in actions { action() }
+        WriteBacklog.shared.wakeReads(of: self)
     }
 
     /// An operation was made on one of this entry's channels; it ends with ``finalCallReturned()``. Returns
@@ -282,10 +283,10 @@ final class FileEntry: @unchecked Sendable {
     private func pump() -> [() -> Void] {
         guard validated else { return [] }
         var actions: [() -> Void] = []
-        if failure == nil, case .path = source, fd < 0, openFailure == nil, !items.isEmpty {
+        if failure == nil, case .path = source, fd < 0, openFailure == nil, !tornDown, needsDescriptor {
             if !opening {
                 opening = true
-                actions.append { [self] in openPath() }
+                actions.append { [self, kind] in openPath(validatedKind: kind) }
             }
             return actions
         }
@@ -325,7 +326,7 @@ final class FileEntry: @unchecked Sendable {
                 }
                 items.remove(at: index)
                 if let lane = op.lane { busyLanes |= 1 << lane }
-                if let error = op.channel.operationFailure ?? openFailure {
+                if let error = op.channel.startFailure ?? openFailure {
                     actions.append { op.fail(error) }
                 } else {
                     running.append(op)
@@ -337,9 +338,23 @@ final class FileEntry: @unchecked Sendable {
         return actions
     }
 
-    private func openPath() {
+    /// Whether a queued item needs the file open: a barrier (it may ask for the descriptor, B41), or an
+    /// operation that will run. Operations of a failed channel fail without it (B45): a path channel made
+    /// from a closed one opens nothing, so its `O_CREAT` or `O_TRUNC` does not touch the file. Lock held.
+    private var needsDescriptor: Bool {
+        items.contains { item in
+            guard case .operation(let op) = item else { return true }
+            return op.channel.startFailure == nil
+        }
+    }
+
+    /// Opens the path, with `O_NONBLOCK` for anything but a regular file (`validatedKind`) and
+    /// without it for a regular file (B41). A FIFO's open would otherwise wait for the other end, where
+    /// neither stop nor teardown can reach it: a reader's opens at once, a writer's fails with `ENXIO`.
+    private func openPath(validatedKind: FileKind?) {
         guard case .path(let path, let flags, let permissions) = source else { return }
-        engine.openat(path: path, flags: flags, permissions: permissions) { [self] completion in
+        let openFlags = validatedKind == .regular ? flags & ~O_NONBLOCK : flags | O_NONBLOCK
+        engine.openat(path: path, flags: openFlags, permissions: permissions) { [self] completion in
             let actions = lock.withLock { () -> [() -> Void] in
                 opening = false
                 if let error = completion.error {

@@ -302,6 +302,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         case blocking  // regular files and block devices
         case noWait  // RWF_NOWAIT, then readiness
         case pollFirst  // no RWF_NOWAIT support: poll without waiting, then a blocking call
+        case nonBlocking  // no RWF_NOWAIT support, but the descriptor is O_NONBLOCK: its own call, then readiness
     }
 
     /// One read or write system call for the current piece of `request`, as a count or a negated errno;
@@ -341,7 +342,10 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             return res == -Int(ESPIPE) && offset >= 0 ? call(-1) : res
         }
         if res == -Int(EOPNOTSUPP) && mode == .noWait {
-            mode = .pollFirst
+            // A FIFO has no RWF_NOWAIT. Opened with O_NONBLOCK (a path channel's is) it needs no poll first,
+            // and must not have one: with no writer yet its read finds the end of the file, as io_uring's
+            // does, where a poll would wait for a writer.
+            mode = fcntl(fd, F_GETFL) & O_NONBLOCK != 0 ? .nonBlocking : .pollFirst
             return -Int(EINTR)  // try again at once in the new mode
         }
         return res

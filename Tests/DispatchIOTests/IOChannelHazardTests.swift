@@ -1,0 +1,236 @@
+import DispatchData
+import DispatchIO
+import DispatchQueues
+import SystemPackage
+import Testing
+import URing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Hangs and side effects found by reading the code (2026-11-26): each test here but the stop race hung or
+/// touched a file before its fix.
+@Suite(.serialized, .timeLimit(.minutes(1)))
+struct IOChannelHazardTests {
+    /// B41: a path channel opens a FIFO with `O_NONBLOCK`. The open used to wait for a writer, where neither
+    /// stop nor teardown reached it: the read ended with ECANCELED at a stop, but the cleanup handler never
+    /// ran. Now a read with no writer finds the end of the file at once, as libdispatch's does; one with a
+    /// writer gets its bytes and waits for its close; a writer with no reader fails with ENXIO.
+    @Test(arguments: EngineKind.allCases)
+    func aPathChannelOnAFIFODoesNotWaitInItsOpen(kind: EngineKind) async throws {
+        let engine = Engines.get(kind)
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let fifo = dir.file("fifo")
+        try #require(mkfifo(fifo, 0o600) == 0)
+
+        let noWriter = try FIFOChannel(fifo, mode: .readOnly, engine: engine)
+        let alone = Recorder()
+        noWriter.channel.read(offset: 0, length: 10, queue: alone.queue, handler: alone.handler)
+        #expect(await alone.wait(limit: .seconds(10)) == [Call(done: true, count: 0, error: nil)])
+        noWriter.channel.close(flags: .stop)
+        #expect(noWriter.cleanedUp(), "no cleanup call within 10 s")
+
+        // A writer holding the FIFO open (O_RDWR opens without waiting for a reader).
+        let writer = open(fifo, O_RDWR | O_CLOEXEC)
+        try #require(writer >= 0)
+        let withWriter = try FIFOChannel(fifo, mode: .readOnly, engine: engine)
+        // Opened before the writer goes: a FIFO that no one has open drops what it held.
+        let opened = WorkSemaphore(value: 0)
+        withWriter.channel.barrier { _ = opened.signal() }
+        #expect(opened.wait(timeout: .seconds(10)) == .success)
+        let read = Recorder()
+        withWriter.channel.setLimit(lowWater: 1)
+        withWriter.channel.read(offset: 0, length: .max, queue: read.queue, handler: read.handler)
+        #expect(write(writer, "hello", 5) == 5)
+        await settle(engine)
+        close(writer)
+        let calls = await read.wait(limit: .seconds(10))
+        #expect(calls.last?.done == true && calls.last?.error == nil)
+        #expect(read.bytes == Array("hello".utf8), "\(calls)")
+        withWriter.channel.close()
+        #expect(withWriter.cleanedUp(), "no cleanup call within 10 s")
+
+        // B42: the failed open is the operation's error; the cleanup handler gets none.
+        let noReader = try FIFOChannel(fifo, mode: .writeOnly, engine: engine)
+        let written = Recorder()
+        noReader.channel.write(
+            offset: 0,
+            data: DispatchDataBuffer([UInt8]([1, 2, 3])),
+            queue: written.queue,
+            handler: written.handler
+        )
+        #expect(await written.wait(limit: .seconds(10)) == [Call(done: true, count: 3, error: .noSuchAddressOrDevice)])
+        noReader.channel.close()
+        #expect(noReader.cleanedUp(expecting: nil), "no cleanup call within 10 s")
+    }
+
+    /// B45: a channel made from a closed path channel fails, and its operations fail without opening the
+    /// path: with `O_TRUNC` the open used to empty the file before the read failed.
+    @Test(arguments: EngineKind.allCases)
+    func aChannelFromAClosedPathChannelLeavesTheFileAlone(kind: EngineKind) async throws {
+        let engine = Engines.get(kind)
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let path = dir.make("kept", pattern(1000))
+        let original = try #require(
+            IOChannel(
+                type: .stream,
+                path: FilePath(path),
+                mode: .readWrite,
+                options: [.create, .truncate],
+                queue: WorkQueue(label: "c"),
+                engine: engine
+            ) { _ in }
+        )
+        original.close()
+        let cleaned = WorkSemaphore(value: 0)
+        let derived = IOChannel(type: .stream, io: original, queue: WorkQueue(label: "d")) { error in
+            #expect(error == .canceled)
+            _ = cleaned.signal()
+        }
+        let read = Recorder()
+        derived.read(offset: 0, length: 10, queue: read.queue, handler: read.handler)
+        #expect(await read.wait(limit: .seconds(10)) == [Call(done: true, count: nil, error: .canceled)])
+        derived.close()
+        #expect(cleaned.wait(timeout: .seconds(10)) == .success)
+        var status = stat()
+        #expect(stat(path, &status) == 0 && status.st_size == 1000, "the file was truncated")
+    }
+
+    /// A barrier on a path channel that was closed and cleaned up without doing any I/O runs without
+    /// opening the path: the open used to create the file, and nothing closed the descriptor afterwards.
+    @Test(arguments: EngineKind.allCases)
+    func aBarrierAfterTheCleanupOpensNothing(kind: EngineKind) async throws {
+        let engine = Engines.get(kind)
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let path = dir.file("never")
+        let cleaned = WorkSemaphore(value: 0)
+        let channel = try #require(
+            IOChannel(
+                type: .stream,
+                path: FilePath(path),
+                mode: .writeOnly,
+                options: [.create],
+                queue: WorkQueue(label: "c"),
+                engine: engine
+            ) { _ in _ = cleaned.signal() }
+        )
+        channel.close()
+        #expect(cleaned.wait(timeout: .seconds(10)) == .success)
+        let ran = WorkSemaphore(value: 0)
+        channel.barrier { _ = ran.signal() }
+        #expect(ran.wait(timeout: .seconds(10)) == .success)
+        await settle(engine)
+        #expect(access(path, F_OK) != 0, "the barrier created the file")
+    }
+
+    /// B30: a read racing `close(flags: .stop)` from another thread ends, with ECANCELED when the stop came
+    /// first. A read that passed the closed check while the stop ran used to be queued after the stop had
+    /// taken the queue, and then started on the stopped channel: on an idle pipe it never ended. (That
+    /// window is a few instructions wide: these rounds did not hit it before the fix, which was found by
+    /// reading the code; they check that every round ends.)
+    @Test(arguments: EngineKind.allCases)
+    func aReadRacingAStopEnds(kind: EngineKind) async throws {
+        let engine = Engines.get(kind)
+        let queues = (WorkQueue(label: "read", attributes: .concurrent), WorkQueue(label: "stop"))
+        for round in 0..<2_000 {
+            let pipe = makePipe()
+            let channel = IOChannel(
+                type: .stream,
+                fileDescriptor: pipe.read,
+                queue: WorkQueue(label: "c"),
+                engine: engine
+            ) { _ in }
+            let ended = WorkSemaphore(value: 0)
+            let start = WorkSemaphore(value: 0)
+            queues.0.async {
+                start.wait()
+                channel.read(offset: 0, length: 1, queue: queues.1) { done, _, _ in
+                    if done { _ = ended.signal() }
+                }
+            }
+            queues.1.async {
+                _ = start.signal()
+                channel.close(flags: .stop)
+            }
+            let result = ended.wait(timeout: .seconds(10))
+            try? pipe.write.close()
+            try? pipe.read.close()
+            guard result == .success else {
+                Issue.record("round \(round): the read racing the stop never ended")
+                return
+            }
+        }
+    }
+
+    /// The write backlog throttles reads of regular files, but a read waiting for it must not wait for a
+    /// write queued behind itself. Here a 17 MiB write on another file waits behind a barrier, so the
+    /// backlog is over its 16 MiB; a stream read of `y` waits for it; a 17 MiB write to `y` is queued
+    /// behind that read (one lane on a regular file, B9). Once the barrier returns and the first write is
+    /// done, the backlog still holds the second one's 17 MiB, which could only go once the read ended.
+    @Test(arguments: EngineKind.allCases)
+    func aReadWaitingForTheBacklogDoesNotWaitForAWriteBehindIt(kind: EngineKind) async throws {
+        let engine = Engines.get(kind)
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let z = open(dir.make("z", []), O_RDWR | O_CLOEXEC)
+        let y = open(dir.make("y", pattern(4 << 20)), O_RDWR | O_CLOEXEC)
+        defer {
+            close(z)
+            close(y)
+        }
+        let queue = WorkQueue(label: "h")
+        let onZ = IOChannel(type: .random, fileDescriptor: FileDescriptor(rawValue: z), queue: queue, engine: engine) {
+            _ in
+        }
+        let onY = IOChannel(type: .stream, fileDescriptor: FileDescriptor(rawValue: y), queue: queue, engine: engine) {
+            _ in
+        }
+        let gate = WorkSemaphore(value: 0)
+        onZ.barrier { gate.wait() }
+        let big = DispatchDataBuffer(pattern(17 << 20))
+        let first = Recorder()
+        onZ.write(offset: 0, data: big, queue: first.queue, handler: first.handler)
+        let read = Recorder()
+        onY.read(offset: 0, length: .max, queue: read.queue, handler: read.handler)
+        await settle(engine)
+        await settle(engine)
+        let second = Recorder()
+        onY.write(offset: 0, data: big, queue: second.queue, handler: second.handler)
+        _ = gate.signal()
+        #expect(await first.wait(limit: .seconds(20)).last == Call(done: true, count: nil, error: nil))
+        let calls = await read.wait(limit: .seconds(20))
+        #expect(calls.last?.done == true && calls.last?.error == nil)
+        expectSameBytes(read.bytes, pattern(4 << 20))
+        #expect(await second.wait(limit: .seconds(20)).last == Call(done: true, count: nil, error: nil))
+        onZ.close()
+        onY.close()
+    }
+}
+
+/// A path channel on a FIFO and a semaphore its cleanup handler signals.
+private struct FIFOChannel {
+    let channel: IOChannel
+    private let cleaned = WorkSemaphore(value: 0)
+    private let error = Locked<Errno??>(nil)
+
+    init(_ path: String, mode: FileDescriptor.AccessMode, engine: IOEngine) throws {
+        let cleaned = self.cleaned
+        let error = self.error
+        channel = try #require(
+            IOChannel(type: .stream, path: FilePath(path), mode: mode, queue: WorkQueue(label: "f"), engine: engine) {
+                cleanupError in
+                error.withLock { $0 = .some(cleanupError) }
+                _ = cleaned.signal()
+            }
+        )
+    }
+
+    /// Whether the cleanup handler ran within 10 s, with `expected` as its error.
+    func cleanedUp(expecting expected: Errno? = nil) -> Bool {
+        cleaned.wait(timeout: .seconds(10)) == .success && error.withLock { $0 } == .some(expected)
+    }
+}
