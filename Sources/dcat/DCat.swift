@@ -262,16 +262,25 @@ final class Concatenator: @unchecked Sendable {
                 }
                 return
             }
-            if !ownsDescriptor { files.reserveDescriptor() }
-            // Standard input's channel reads from its position (a random channel's offsets start there):
-            // what lies ahead is the size less that position.
-            let position = ownsDescriptor ? 0 : max(Int64(lseek(fd, 0, SEEK_CUR)), 0)
-            files.add(path: path, fd: fd, size: Int64(info.st_size) - position, ownsDescriptor: ownsDescriptor)
-            if !ownsDescriptor {
-                // Standard input is left where cat leaves it: after what was read.
-                lseek(fd, off_t(files.drain()), SEEK_CUR)
+            // The kernel's own files say they are empty and are made as they are read, and some wait for more
+            // (trace_pipe, /proc/kmsg). They go as streams, each read's bytes written as they come, as cat
+            // writes them; a window would hold them until it was full. An empty file elsewhere stays here: the
+            // stream's hand-offs cost dcat of an empty tmpfs file 1.09x its time. (The size after the wait
+            // above, for a file that waited: standard output's may have grown.)
+            var size = info
+            if !alone || fstat(fd, &size) != 0 { size = info }
+            if size.st_size > 0 || !isKernelMadeFile(fd) {
+                if !ownsDescriptor { files.reserveDescriptor() }
+                // Standard input's channel reads from its position (a random channel's offsets start there):
+                // what lies ahead is the size less that position.
+                let position = ownsDescriptor ? 0 : max(Int64(lseek(fd, 0, SEEK_CUR)), 0)
+                files.add(path: path, fd: fd, size: Int64(size.st_size) - position, ownsDescriptor: ownsDescriptor)
+                if !ownsDescriptor {
+                    // Standard input is left where cat leaves it: after what was read.
+                    lseek(fd, off_t(files.drain()), SEEK_CUR)
+                }
+                return
             }
-            return
         }
         files.drain()
         if ownsDescriptor { files.releaseDescriptor() }

@@ -158,6 +158,23 @@ struct DcatTests {
         }
     }
 
+    // A regular file of size 0 whose reads wait for more (tracefs's trace_pipe, /proc/kmsg) is written as
+    // it is read, as cat writes it: dcat held such reads for a 2 MiB window and printed nothing. grep stops
+    // at the first marker; the second, once the pipe has no reader, makes dcat write into it and end.
+    @Test(.enabled(if: FileManager.default.isWritableFile(atPath: "/sys/kernel/tracing/trace_marker")))
+    func aFileThatWaitsForMoreIsWrittenAsItIsRead() throws {
+        try inScratch { scratch in
+            let outcome = try scratch.run(
+                """
+                cd /sys/kernel/tracing; on=$(cat tracing_on); echo 1 > tracing_on; echo dcat-marker > trace_marker
+                timeout 10 "$DCAT" trace_pipe | { grep -m1 -c dcat-marker; exec <&-; echo dcat-marker > trace_marker; }
+                echo "$on" > tracing_on
+                """
+            )
+            #expect(outcome.text == "1\n", "\(outcome.text) \(outcome.stderr)")
+        }
+    }
+
     @Test func standardInputWithoutArgumentsAndAsDash() throws {
         try inScratch { scratch in
             let (cat, dcat) = try both(
