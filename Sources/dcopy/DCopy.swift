@@ -618,7 +618,7 @@ final class Copier: @unchecked Sendable {
             errno = EEXIST
             return false
         }
-        if FileID(existing) == FileID(info) {
+        if FileID(existing) == FileID(info) || isFollowedSameFile(source, info, destination, existing) {
             fail(sameFileRefusal(source, destination))
             return nil
         }
@@ -631,6 +631,27 @@ final class Copier: @unchecked Sendable {
             return nil
         }
         return create()
+    }
+
+    /// cp's second look, for copies that keep links (-r), at a source and an existing destination whose
+    /// `lstat`s differ: each is followed when it is a symbolic link, and the two are the same file when they
+    /// then meet (`dcopy -r l a` with `l -> a` replaced `a`, the link's own target, with a link to itself,
+    /// and its data was gone). Two links are two files, which cp replaces one with the other, and a link
+    /// that leads nowhere is no file.
+    private func isFollowedSameFile(
+        _ source: PathName,
+        _ info: stat,
+        _ destination: PathName,
+        _ existing: stat
+    )
+        -> Bool
+    {
+        let sourceIsLink = info.st_mode & S_IFMT == S_IFLNK
+        let destinationIsLink = existing.st_mode & S_IFMT == S_IFLNK
+        guard sourceIsLink != destinationIsLink else { return false }
+        var followed = stat()
+        guard stat((sourceIsLink ? source : destination).cString, &followed) == 0 else { return false }
+        return FileID(followed) == FileID(sourceIsLink ? existing : info)
     }
 
     /// A file cannot be written at a path ending in "/", and the ring would not see the slash (a `FilePath`

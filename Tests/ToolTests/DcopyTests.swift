@@ -525,6 +525,26 @@ struct DcopyTests {
         }
     }
 
+    // With -r a link copied onto its own target, or a special file onto a link to it, is cp's "the same
+    // file", and the target stays: dcopy replaced it with the link (`a -> a`), and the data was gone. Two
+    // links to one file are two files: the one replaces the other.
+    @Test func aLinkOntoItsOwnTargetIsTheSameFile() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "echo data > a && ln -s a l && ln -s a l2 && mkfifo ff && ln -s ff lf && mkdir d e "
+                    + "&& echo x > e/x && ln -s ../e/x d/x && mkdir t && echo y > t/l3 && ln -s t/l3 l3",
+                "%cp -r l a; echo $?; %cp -r l l2; echo $?; %cp -r ff lf; echo $?; %cp -r d/. e; echo $?; "
+                    + "%cp -rp l3 t; echo $?",
+                check: "stat -c '%n %F' * d/* e/* t/*; readlink l2; cat a e/x t/l3"
+            )
+            #expect(result.theirs.text == "1\n0\n1\n1\n1\n")
+            #expect(result.theirsCheck.text.hasPrefix("a regular file\n"))
+            #expect(result.theirsCheck.text.hasSuffix("a\ndata\nx\ny\n"))
+            expectSame(result)
+        }
+    }
+
     // A directory made inside a set-group-ID one inherits the bit, and -p leaves it on as cp does (dcopy's
     // chmod to the source's mode took it off, so files made there later lost the directory's group).
     @Test func preservingKeepsAnInheritedSetGroupID() throws {
