@@ -222,6 +222,38 @@ struct FileID: Hashable {
         device = info.st_dev
         inode = info.st_ino
     }
+
+    init(device: dev_t, inode: ino_t) {
+        self.device = device
+        self.inode = inode
+    }
+}
+
+/// The files that copies under way read and write, by count: a copy that would write a file another one
+/// reads or writes, or read one another writes, waits for them (see `Copier.startFile`).
+struct FilesInUse {
+    var reading: [FileID: Int] = [:]
+    var writing: [FileID: Int] = [:]
+
+    func conflicts(reading source: FileID?, writing destination: FileID?) -> Bool {
+        if let source, writing[source] != nil { return true }
+        guard let destination else { return false }
+        return writing[destination] != nil || reading[destination] != nil
+    }
+
+    mutating func add(reading source: FileID?, writing destination: FileID?) {
+        if let source { reading[source, default: 0] += 1 }
+        if let destination { writing[destination, default: 0] += 1 }
+    }
+
+    mutating func remove(reading source: FileID?, writing destination: FileID?) {
+        if let source { Self.decrement(&reading, source) }
+        if let destination { Self.decrement(&writing, destination) }
+    }
+
+    private static func decrement(_ counts: inout [FileID: Int], _ id: FileID) {
+        if counts[id] == 1 { counts[id] = nil } else { counts[id, default: 0] -= 1 }
+    }
 }
 
 /// A command-line source as cp tells two apart: the file, its last component and its directory.
@@ -245,6 +277,9 @@ struct PendingFile {
     let destinationIsNew: Bool
     /// Its place among the messages, taken when the walk reached it.
     let place: Int
+    /// The source's file, and the destination's when it already exists (see ``FilesInUse``).
+    let reading: FileID?
+    let writing: FileID?
 }
 
 extension PathName {
@@ -288,11 +323,12 @@ final class Copier: @unchecked Sendable {
     }
     private let nextQueue = Locked(0)
     let budget = ChunkBudget(Limits.chunks)
-    /// Files found and not yet started, and how many copies run; see ``startFile(_:to:location:destinationIsNew:)``.
+    /// Files found and not yet started, and how many copies run; see ``startFile(_:to:location:destinationIsNew:sourceFile:)``.
     private let files = Locked(FileBacklog())
     /// Signalled when the walker waits for the backlog to shrink and it has.
     private let room = WorkSemaphore(value: 0)
     private let running = WorkGroup()
+    private let inUse = Locked(FilesInUse())
     private let failed = Locked(false)
     let meter: ProgressMeter?
     /// `-v` lines and errors, printed in the walk's order.
@@ -456,7 +492,13 @@ final class Copier: @unchecked Sendable {
             if options.preserve { setMetadata(path: destination, source: source, info: info, isLink: false) }
         default:
             if destination.endsWithSlash { return refuseFile(source, toSlashed: destination) }
-            startFile(source, to: destination, location: .paths, destinationIsNew: destinationIsNew)
+            startFile(
+                source,
+                to: destination,
+                location: .paths,
+                destinationIsNew: destinationIsNew,
+                sourceFile: FileID(info)
+            )
         }
     }
 
@@ -562,7 +604,7 @@ final class Copier: @unchecked Sendable {
         // Opened for the first regular file, and let go once the walk has left this directory and every
         // file in it has been copied.
         var directories: DirectoryPair??
-        for (name, isRegular, _) in entries {
+        for (name, isRegular, inode) in entries {
             let from = source.appending(name)
             let to = destination.appending(name)
             if isRegular {
@@ -570,7 +612,8 @@ final class Copier: @unchecked Sendable {
                 // The directory entry already says it is a regular file, and the copy takes its status
                 // through the ring: no lstat here (a file replaced meanwhile is copied as what it is now).
                 let location = FileLocation(directories: directories ?? nil, name: name)
-                startFile(from, to: to, location: location, destinationIsNew: made)
+                let file = FileID(device: info.st_dev, inode: ino_t(inode))
+                startFile(from, to: to, location: location, destinationIsNew: made, sourceFile: file)
             } else {
                 copy(from, to: to, topLevel: false, destinationIsNew: made)
             }
@@ -689,12 +732,23 @@ final class Copier: @unchecked Sendable {
     /// thread, whose submissions then join its next batch without a wake-up. So the walker is not woken
     /// once per file (a futex wake and a context switch each, which cost as much as a small file's copy);
     /// it only waits when ``Limits/backlog`` files are queued, until half of them have started.
+    ///
+    /// cp copies one file at a time, so a destination that is another destination's file (hard links, or a
+    /// link to it, in an existing tree), or a source's, gets what cp's order gives it. Copies run at once
+    /// here: one that would write a file another reads or writes, or read one another writes, waits for
+    /// every copy before it to end. They overlapped, and `e/x` and `e/y`, one file, got a mix of both
+    /// sources. A destination in a directory made by this copy is new, and is not looked at.
     private func startFile(
         _ source: PathName,
         to destination: PathName,
         location: FileLocation,
-        destinationIsNew: Bool
+        destinationIsNew: Bool,
+        sourceFile: FileID
     ) {
+        var existing = stat()
+        let destinationFile = !destinationIsNew && stat(destination.cString, &existing) == 0 ? FileID(existing) : nil
+        if inUse.withLock({ $0.conflicts(reading: sourceFile, writing: destinationFile) }) { running.wait() }
+        inUse.withLock { $0.add(reading: sourceFile, writing: destinationFile) }
         running.enter()
         // Its messages come out in walking order, as cp's do, although the copies overlap.
         let file = PendingFile(
@@ -702,7 +756,9 @@ final class Copier: @unchecked Sendable {
             destination: destination,
             location: location,
             destinationIsNew: destinationIsNew,
-            place: messages.reserve()
+            place: messages.reserve(),
+            reading: sourceFile,
+            writing: destinationFile
         )
         let (startNow, mustWait) = files.withLock { backlog -> (Bool, Bool) in
             if backlog.running < Limits.files {
@@ -726,6 +782,7 @@ final class Copier: @unchecked Sendable {
             destinationIsNew: file.destinationIsNew,
             place: file.place
         ) { [self] in
+            inUse.withLock { $0.remove(reading: file.reading, writing: file.writing) }
             fileEnded()
         }.start()
     }
