@@ -121,13 +121,14 @@ final class Concatenator: @unchecked Sendable {
     fileprivate let readWindow: Int
     /// Standard output is a regular file without O_APPEND: writes go at explicit offsets on a random
     /// channel, several at once (a stream channel would run them one by one), and the descriptor's position
-    /// is moved past them at the end, where cat would have left it.
+    /// follows them as they complete (``OutputCursor``), where cat's writes would have left it.
     private let positionedOutput: Bool
-    /// The descriptor's position at start; the next write's offset relative to it.
+    /// The descriptor's position at start.
     private let outputStart: off_t
     /// Device and inode of standard output when it is a regular file, for cat's "input file is output file".
     private let outputFile: (device: dev_t, inode: ino_t)?
-    private let outputOffset = Locked<Int64>(0)
+    /// Positioned output's next offset and writes under way; nil for other output.
+    private let cursor: OutputCursor?
     /// One credit per stream window whose bytes are not yet all written (regular files' windows are
     /// counted by the ``FileRun``).
     private let credits = WorkSemaphore(value: windows)
@@ -140,13 +141,13 @@ final class Concatenator: @unchecked Sendable {
         positionedOutput = regular && fcntl(STDOUT_FILENO, F_GETFL) & O_APPEND == 0
         readWindow = regular ? fileOutputWindow : window
         outputStart = positionedOutput ? lseek(STDOUT_FILENO, 0, SEEK_CUR) : 0
+        cursor = positionedOutput ? OutputCursor(start: outputStart) : nil
         outputFile = regular ? (info.st_dev, info.st_ino) : nil
         let type: IOChannel.StreamType = positionedOutput ? .random : .stream
-        output = IOChannel(type: type, fileDescriptor: .standardOutput, queue: queue) { error in
-            // Standard output unusable from the start: cat says "write error". The channel refuses a
-            // directory with EISDIR; a directory can only be open for reading, so cat's write gets EBADF.
-            if let error { Concatenator.writeFailed(error == .isDirectory ? .badFileDescriptor : error) }
-        }
+        // Standard output unusable from the start (a directory, say) fails the first write, which reports
+        // it: with nothing to write, cat never learns, and neither does dcat.
+        output = IOChannel(type: type, fileDescriptor: .standardOutput, queue: queue) { _ in }
+        Self.noteHowSIGPIPEEnds()
         // Writes report only their final call: progress calls would be noise here.
         output.setLimit(lowWater: Int.max)
     }
@@ -159,9 +160,7 @@ final class Concatenator: @unchecked Sendable {
         }
         files.drain()
         waitForWrites()
-        if positionedOutput {
-            lseek(STDOUT_FILENO, outputStart + off_t(outputOffset.withLock { $0 }), SEEK_SET)
-        }
+        cursor?.moveToEnd()
         // cat closes standard input at the end if it read it, and reports that failing.
         if standardDescriptors.inputWasClosed && paths.contains("-") {
             printError("dcat: closing standard input: \(describe(.badFileDescriptor))\n")
@@ -197,13 +196,8 @@ final class Concatenator: @unchecked Sendable {
 
     /// Prints `message` as ``printBetweenOutputs(_:)`` does, for a caller that knows no write is in flight.
     fileprivate func placeMessage(_ message: String) {
-        guard positionedOutput else { return printError(message) }
-        outputOffset.withLock { offset in
-            lseek(STDOUT_FILENO, outputStart + off_t(offset), SEEK_SET)
-            printError(message)
-            let position = lseek(STDOUT_FILENO, 0, SEEK_CUR)
-            if position >= 0 { offset = Int64(position - outputStart) }
-        }
+        guard let cursor else { return printError(message) }
+        cursor.place(message)
     }
 
     /// Waits until every write submitted so far has completed: each window's credit is back.
@@ -304,16 +298,12 @@ final class Concatenator: @unchecked Sendable {
     /// nothing to write).
     fileprivate func writeWindow(_ data: DispatchDataBuffer, written: @escaping @Sendable () -> Void) {
         guard !data.isEmpty else { return written() }
-        var offset: Int64 = 0
-        if positionedOutput {
-            offset = outputOffset.withLock { next in
-                defer { next += Int64(data.count) }
-                return next
-            }
-        }
+        let cursor = self.cursor
+        let offset = cursor?.take(data.count) ?? 0
         output.write(offset: offset, data: data, queue: queue) { done, _, error in
             guard done else { return }
             if let error { Concatenator.writeFailed(error) }
+            cursor?.wrote(at: offset)
             written()
         }
     }
@@ -379,7 +369,7 @@ final class Concatenator: @unchecked Sendable {
         }
         let output = self.output
         let queue = self.queue
-        let outputOffset = positionedOutput ? self.outputOffset : nil
+        let cursor = self.cursor
         input.read(offset: 0, length: streamWindow, queue: queue) { done, data, error in
             if let data, !data.isEmpty {
                 pending.withLock { state in
@@ -387,13 +377,11 @@ final class Concatenator: @unchecked Sendable {
                     state.bytes += data.count
                 }
                 // Handlers run one at a time on the serial queue, in read order: offsets follow the bytes.
-                let offset = outputOffset?.withLock { offset in
-                    defer { offset += Int64(data.count) }
-                    return offset
-                }
-                output.write(offset: offset ?? 0, data: data, queue: queue) { done, _, error in
+                let offset = cursor?.take(data.count) ?? 0
+                output.write(offset: offset, data: data, queue: queue) { done, _, error in
                     guard done else { return }
                     if let error { Concatenator.writeFailed(error) }
+                    cursor?.wrote(at: offset)
                     release()
                 }
             }
@@ -413,12 +401,27 @@ final class Concatenator: @unchecked Sendable {
         }
     }
 
+    /// Whether SIGPIPE ends this process, as it ends cat when a reader goes away: its action is the default
+    /// and the main thread does not block it. Read once at start, on the main thread: the engine's threads
+    /// block it, and a pool thread may have been started by one of them.
+    private static let sigpipeEnds = Atomic<Bool>(true)
+
+    private static func noteHowSIGPIPEEnds() {
+        var action = sigaction()
+        var blocked = sigset_t()
+        let ends =
+            sigaction(SIGPIPE, nil, &action) == 0 && action.__sigaction_handler.sa_handler == nil
+            && pthread_sigmask(SIG_BLOCK, nil, &blocked) == 0 && sigismember(&blocked, SIGPIPE) == 0
+        sigpipeEnds.store(ends, ordering: .relaxed)
+    }
+
     /// Standard output failed: a reader that went away ends the process quietly, as `cat` dies of
-    /// `SIGPIPE`; any other error is reported like cat's `write error` and ends the process with status 1.
+    /// `SIGPIPE`; any other error, and that one where SIGPIPE is ignored or blocked, is reported like cat's
+    /// `write error` and ends the process with status 1.
     static func writeFailed(_ error: Errno) -> Never {
-        if error == .brokenPipe {
+        if error == .brokenPipe && sigpipeEnds.load(ordering: .relaxed) {
             // The channel reports EPIPE instead of letting SIGPIPE kill the process; cat would have died of
-            // it, so die of it now (a shell shows status 141), whatever disposition was inherited.
+            // it, so die of it now (a shell shows status 141).
             signal(SIGPIPE, SIG_DFL)
             var set = sigset_t()
             sigemptyset(&set)
@@ -427,8 +430,58 @@ final class Concatenator: @unchecked Sendable {
             raise(SIGPIPE)
             _exit(128 + SIGPIPE)
         }
-        printError("dcat: write error: \(describe(error))\n")
+        // The channel refuses a directory with EISDIR; a directory can only be open for reading, so cat's
+        // write gets EBADF.
+        printError("dcat: write error: \(describe(error == .isDirectory ? .badFileDescriptor : error))\n")
         exit(1)
+    }
+}
+
+/// Where positioned output goes: the next write's offset from the descriptor's position at start, and the
+/// writes under way, in the order they were taken.
+///
+/// The descriptor's position follows the writes as they complete, to the end of what is written without a
+/// gap, as cat's own writes move it. It used to move only at the end: a dcat that was killed (`timeout`)
+/// left it at the start, and what the shell wrote next went over dcat's bytes (`{ timeout 1 dcat; echo
+/// TAIL; } > o`), as did any other writer of the same open file meanwhile.
+final class OutputCursor: Sendable {
+    private let start: off_t
+    private let state = Locked<(next: Int64, underway: [Int64])>((0, []))
+
+    init(start: off_t) { self.start = start }
+
+    /// The offset for a write of `count` bytes, which ``wrote(at:)`` ends.
+    func take(_ count: Int) -> Int64 {
+        state.withLock { state in
+            let offset = state.next
+            state.next += Int64(count)
+            state.underway.append(offset)
+            return offset
+        }
+    }
+
+    /// The write taken at `offset` has completed.
+    func wrote(at offset: Int64) {
+        state.withLock { state in
+            if let index = state.underway.firstIndex(of: offset) { state.underway.remove(at: index) }
+            lseek(STDOUT_FILENO, start + off_t(state.underway.first ?? state.next), SEEK_SET)
+        }
+    }
+
+    /// Puts the position after everything taken (nothing is under way).
+    func moveToEnd() {
+        state.withLock { state in _ = lseek(STDOUT_FILENO, start + off_t(state.next), SEEK_SET) }
+    }
+
+    /// Prints `message` on standard error at the position after everything taken (nothing is under way),
+    /// where it lands when standard error shares standard output's open file, and goes on after it.
+    func place(_ message: String) {
+        state.withLock { state in
+            lseek(STDOUT_FILENO, start + off_t(state.next), SEEK_SET)
+            printError(message)
+            let position = lseek(STDOUT_FILENO, 0, SEEK_CUR)
+            if position >= 0 { state.next = Int64(position - start) }
+        }
     }
 }
 

@@ -175,6 +175,46 @@ struct DcatTests {
         }
     }
 
+    // Standard output's position follows dcat's writes as they complete, as it follows cat's: a dcat
+    // killed while it waits for more input left it at the start, and what was written next to the same
+    // open file went over its bytes ("TAIL\n" instead of "abcTAIL\n"). (SIGKILL: the test runner's
+    // threads may block SIGTERM, and its children inherit that.)
+    @Test func aKilledCopyLeavesTheOutputPositionAfterItsBytes() throws {
+        try inScratch { scratch in
+            let (cat, dcat) = try bothScripts(
+                scratch,
+                """
+                mkfifo p; exec 3> o; sh -c 'printf abc; exec sleep 30' > p & writer=$!
+                cat < p >&3 & reader=$!
+                timeout 10 sh -c "until grep -q '^pos:[[:space:]]*3$' /proc/$$/fdinfo/3; do :; done"
+                kill -KILL $reader $writer; wait $reader; echo TAIL >&3; cat o
+                """
+            )
+            #expect(cat.text == "abcTAIL\n")
+            #expect(dcat.text == cat.text)
+        }
+    }
+
+    // With SIGPIPE ignored (or blocked), a reader that went away is cat's "write error: Broken pipe" and
+    // status 1; dcat raised SIGPIPE whatever the disposition, and died of it (141). An unusable standard
+    // output (a directory) is an error only once something is written, as with cat: dcat reported it at
+    // start, even with nothing to write, and sometimes before an earlier file's message.
+    @Test func brokenPipeWithSIGPIPEIgnoredAndADirectoryAsOutput() throws {
+        try inScratch { scratch in
+            let (cat, dcat) = try bothScripts(
+                scratch,
+                """
+                head -c 5000000 /dev/zero > big; mkdir -p d
+                (trap '' PIPE; cat big | head -c 10 > /dev/null; echo ${PIPESTATUS[0]})
+                cat /dev/null 1<d; echo $?; cat nope $FIX/text/hello.txt 1<d; echo $?
+                """
+            )
+            #expect(cat.text == "1\n0\n1\n")
+            #expect(dcat.text == cat.text)
+            #expect(dcat.stderr == renamed(cat.stderr, from: "cat", to: "dcat"))
+        }
+    }
+
     @Test func standardInputWithoutArgumentsAndAsDash() throws {
         try inScratch { scratch in
             let (cat, dcat) = try both(
