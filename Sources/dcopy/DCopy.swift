@@ -472,9 +472,11 @@ final class Copier: @unchecked Sendable {
         case S_IFDIR:
             copyDirectory(source, to: destination, info: info, topLevel: topLevel)
         case S_IFLNK:
+            if isNotADirectory(destination) { return }
             copyLink(source, to: destination, info: info)
         case S_IFIFO where options.recursive, S_IFCHR where options.recursive, S_IFBLK where options.recursive,
             S_IFSOCK where options.recursive:
+            if isNotADirectory(destination) { return }
             // cp -r recreates special files instead of reading them (which could block forever).
             let made = creatingOver(destination, for: source, info) {
                 mknod(destination.cString, info.st_mode, info.st_rdev) == 0
@@ -527,15 +529,28 @@ final class Copier: @unchecked Sendable {
     private func settle(_ destination: PathName, for source: PathName, isDirectory: Bool) -> Bool {
         guard commandLine != nil else { return true }
         guard let earlierIsDirectory = commandLine!.made[destination] else {
-            commandLine!.made[destination] = isDirectory
+            // A file copied onto itself makes nothing (its copy is refused), and a later source may go there.
+            if isDirectory || !Self.isSameFile(source, destination) { commandLine!.made[destination] = isDirectory }
             return true
         }
         if !isDirectory && !earlierIsDirectory {
-            fail("will not overwrite just-created \(destination.quoted) with \(source.quoted)")
+            // cp's look for the same file comes first (`dcopy f d/f d`: d/f onto itself).
+            fail(
+                Self.isSameFile(source, destination)
+                    ? sameFileRefusal(source, destination)
+                    : "will not overwrite just-created \(destination.quoted) with \(source.quoted)"
+            )
             return false
         }
         running.wait()
         return true
+    }
+
+    /// Whether two paths name one file, links followed, as a file's copy sees them.
+    private static func isSameFile(_ source: PathName, _ destination: PathName) -> Bool {
+        var from = stat()
+        var to = stat()
+        return stat(source.cString, &from) == 0 && stat(destination.cString, &to) == 0 && FileID(from) == FileID(to)
     }
 
     private func copyDirectory(_ source: PathName, to destination: PathName, info: stat, topLevel: Bool) {
@@ -673,6 +688,8 @@ final class Copier: @unchecked Sendable {
             fail("cannot remove \(destination.quoted)", Errno(rawValue: errno))
             return nil
         }
+        // cp -v says so, before the copy's own line.
+        if options.verbose { messages.post(line: "removed \(destination.quoted)") }
         return create()
     }
 
@@ -695,6 +712,17 @@ final class Copier: @unchecked Sendable {
         var followed = stat()
         guard stat((sourceIsLink ? source : destination).cString, &followed) == 0 else { return false }
         return FileID(followed) == FileID(sourceIsLink ? existing : info)
+    }
+
+    /// Whether `destination` ends in "/" and names something that is not a directory: cp looks there first
+    /// and stops with "cannot stat 'a/': Not a directory" (dcopy printed the `-v` line, then "cannot create
+    /// symbolic link 'a/': File exists"). A missing name goes on to the create, which fails as cp's does.
+    private func isNotADirectory(_ destination: PathName) -> Bool {
+        guard destination.endsWithSlash else { return false }
+        var existing = stat()
+        if stat(destination.cString, &existing) == 0 || errno == ENOENT { return false }
+        fail("cannot stat \(destination.quoted)", Errno(rawValue: errno))
+        return true
     }
 
     /// A file cannot be written at a path ending in "/", and the ring would not see the slash (a `FilePath`

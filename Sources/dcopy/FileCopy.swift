@@ -43,6 +43,8 @@ final class FileCopy: @unchecked Sendable {
     private var positionedOutput = true
     /// The size to end with; nil when unknown (a size-0 /proc file, a stream): read to end of file.
     private var size: Int64?
+    /// The size `statx` gave, which `size` is lowered from when a read ends short.
+    private var sizeAtStart: Int64?
     private var sparse = false
     /// The data extent being read: `next` is the next offset to ask for, `extentEnd` where it stops.
     private var next: Int64 = 0
@@ -280,6 +282,7 @@ final class FileCopy: @unchecked Sendable {
             createdDestination || fstat(destinationFD, &status) == 0 && status.st_mode & S_IFMT == S_IFREG
         if seekable && info.size > 0 && !lock.withLock({ readToEnd }) {
             size = info.size
+            sizeAtStart = info.size
             // Fewer blocks than the size needs means holes: copy only the data extents.
             sparse = positionedOutput && Int64(info.blocks) * 512 < info.size
         }
@@ -417,9 +420,18 @@ final class FileCopy: @unchecked Sendable {
 
     // MARK: Ending
 
-    /// Every chunk is written: set the size of a sparse file, the `-p` metadata, then close both files.
+    /// Every chunk is written: set the size of a sparse file, or of a file that ended before its size, the
+    /// `-p` metadata, then close both files.
+    ///
+    /// A file that shrank while it was read ends where the first short read found its end; chunks past
+    /// it, read before the file shrank, may have been written already (chunks complete in any order), and
+    /// the destination is cut back to that end. cp, reading in order, never goes past it: without this the
+    /// copy held bytes past the end, and zeros where the chunks between were never written.
     private func finish() {
-        let (failure, sizeToSet) = lock.withLock { (error, sparse ? size : nil) }
+        let (failure, sizeToSet) = lock.withLock { () -> (String?, Int64?) in
+            let shrank = positionedOutput && size.map { $0 < sizeAtStart ?? .max } == true
+            return (error, sparse || shrank ? size : nil)
+        }
         if failure == nil, let sizeToSet, ftruncate(destinationFD, off_t(sizeToSet)) != 0 {
             let failure = Errno(rawValue: errno)
             lock.withLock { error = message(.write, failure) }

@@ -656,6 +656,52 @@ struct DcopyTests {
         }
     }
 
+    // A link or special file that replaces what is at the destination comes with cp's "removed" line.
+    @Test func verboseLinesOfReplacedNames() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir -p d f e g && ln -s zz d/l && mkfifo f/p && echo y > e/l && echo y > g/p",
+                "%cp -rv d/. e; echo $?; %cp -rv f/p g; echo $?",
+                check: "find . -mindepth 1 -printf '%p %y\\n' | LC_ALL=C sort"
+            )
+            #expect(result.theirs.text == "removed 'e/./l'\n'd/./l' -> 'e/./l'\n0\nremoved 'g/p'\n'f/p' -> 'g/p'\n0\n")
+            expectSame(result)
+        }
+    }
+
+    // A link or special file copied to "FILE/" stops at cp's look at the destination.
+    @Test func linksAndSpecialFilesToANameEndingInSlash() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "echo a > a && ln -s x l && mkfifo ff",
+                "%cp -rv l a/; echo $?; %cp -rv ff a/; echo $?; %cp -rv l x/; echo $?",
+                check: "find . -mindepth 1 -printf '%p %y\\n' | LC_ALL=C sort"
+            )
+            #expect(result.theirs.stderr.hasPrefix("cp: cannot stat 'a/': Not a directory\n"))
+            expectSame(result)
+        }
+    }
+
+    // A source that is the file an earlier source just made is cp's "the same file" before it is cp's
+    // "will not overwrite just-created"; a file refused as copied onto itself made nothing, and a later
+    // source may go there.
+    @Test func aSourceThatIsAJustCreatedFile() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "echo z > f && mkdir -p d && echo x > d/f && mkdir -p s t && echo 1 > s/g && echo 2 > t/g",
+                "%cp f d/f d; echo $?; %cp s/g t/g s; echo $?",
+                check: Self.listing
+            )
+            #expect(
+                result.theirs.stderr == "cp: 'd/f' and 'd/f' are the same file\ncp: 's/g' and 's/g' are the same file\n"
+            )
+            expectSame(result)
+        }
+    }
+
     @Test func unreadableSourceAsUnprivilegedUser() throws {
         try inScratch { scratch in
             let drop = isRoot ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : ""
