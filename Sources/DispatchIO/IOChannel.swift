@@ -95,7 +95,13 @@ public final class IOChannel: Sendable {
         entry.attach(core)
     }
 
-    /// Creates a channel on a file that it opens itself, at its first operation (B41).
+    /// Creates a channel on a file that it opens itself, at its first operation or barrier (B41).
+    ///
+    /// Anything but a regular file is opened with `O_NONBLOCK` (and a regular file without it), as
+    /// libdispatch opens it: a FIFO's open does not wait for its other end. Read with no writer yet, a FIFO
+    /// is at its end; written with no reader, the write fails with `ENXIO`. A channel made from a closed one
+    /// (``init(type:io:queue:cleanupHandler:)``) opens nothing: `.create` and `.truncate` do not touch the
+    /// file.
     ///
     /// Returns `nil` when `path` is not absolute (B39). The path is checked asynchronously: a missing file
     /// (without `.create`), a directory, or a FIFO or socket for a random channel make the cleanup handler
@@ -319,7 +325,7 @@ public final class IOChannel: Sendable {
     /// returns (B48, B49). It may use ``fileDescriptor`` (`fsync`, `lseek`), but must not close it. On a
     /// path channel the file is opened before the barrier runs, so ``fileDescriptor`` is there (B41).
     public func barrier(execute barrier: @escaping @Sendable () -> Void) {
-        core.entry.enqueue(.barrier(core.targetQueue, barrier))
+        core.entry.enqueue(.barrier(core, core.targetQueue, barrier))
     }
 
     /// Sets the queue that barriers submitted afterwards run on (B59).

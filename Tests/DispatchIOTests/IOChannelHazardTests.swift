@@ -66,8 +66,8 @@ struct IOChannelHazardTests {
         #expect(noReader.cleanedUp(expecting: nil), "no cleanup call within 10 s")
     }
 
-    /// B45: a channel made from a closed path channel fails, and its operations fail without opening the
-    /// path: with `O_TRUNC` the open used to empty the file before the read failed.
+    /// B45: a channel made from a closed path channel fails, and its operations fail, and its barriers run,
+    /// without opening the path: with `O_TRUNC` the open used to empty the file before the read failed.
     @Test(arguments: EngineKind.allCases)
     func aChannelFromAClosedPathChannelLeavesTheFileAlone(kind: EngineKind) async throws {
         let engine = Engines.get(kind)
@@ -90,6 +90,12 @@ struct IOChannelHazardTests {
             #expect(error == .canceled)
             _ = cleaned.signal()
         }
+        let barrierRan = WorkSemaphore(value: 0)
+        derived.barrier {
+            #expect(derived.fileDescriptor == nil)
+            _ = barrierRan.signal()
+        }
+        #expect(barrierRan.wait(timeout: .seconds(10)) == .success)
         let read = Recorder()
         derived.read(offset: 0, length: 10, queue: read.queue, handler: read.handler)
         #expect(await read.wait(limit: .seconds(10)) == [Call(done: true, count: nil, error: .canceled)])

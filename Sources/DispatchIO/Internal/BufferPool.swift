@@ -146,6 +146,16 @@ final class WriteBacklog: @unchecked Sendable {
         for operation in wake { operation.progress() }
     }
 
+    /// Takes back a wait ``admit(_:)`` registered; false when a wake-up has already taken it (and will run
+    /// the operation's `progress`).
+    func withdraw(_ operation: IOOperation) -> Bool {
+        lock.withLock {
+            guard let index = waiting.firstIndex(where: { $0 === operation }) else { return false }
+            waiting.remove(at: index)
+            return true
+        }
+    }
+
     /// Whether a read may issue now; if not, `operation` is woken once the backlog is under the limit.
     func admit(_ operation: IOOperation) -> Bool {
         lock.withLock {

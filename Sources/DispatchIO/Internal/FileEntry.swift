@@ -51,7 +51,7 @@ final class FileEntry: @unchecked Sendable {
 
     enum Item {
         case operation(IOOperation)
-        case barrier(WorkQueue, @Sendable () -> Void)
+        case barrier(ChannelCore, WorkQueue, @Sendable () -> Void)
     }
 
     let engine: IOEngine
@@ -301,7 +301,7 @@ final class FileEntry: @unchecked Sendable {
         while index < items.count {
             if barrierRunning { break }
             switch items[index] {
-            case .barrier(let queue, let block):
+            case .barrier(_, let queue, let block):
                 guard running.isEmpty && index == 0 else {
                     appendTeardownIfIdle(to: &actions)
                     return actions
@@ -338,13 +338,17 @@ final class FileEntry: @unchecked Sendable {
         return actions
     }
 
-    /// Whether a queued item needs the file open: a barrier (it may ask for the descriptor, B41), or an
-    /// operation that will run. Operations of a failed channel fail without it (B45): a path channel made
-    /// from a closed one opens nothing, so its `O_CREAT` or `O_TRUNC` does not touch the file. Lock held.
+    /// Whether a queued item needs the file open: an operation that will run, or a barrier of a channel
+    /// that is open and has not failed (it may ask for the descriptor, B41). A failed, stopped or closed
+    /// channel's operations fail without it, and its barriers run without it (its `fileDescriptor` is nil):
+    /// a path channel made from a closed one opens nothing, so its `O_CREAT` or `O_TRUNC` does not touch
+    /// the file (B45). Lock held.
     private var needsDescriptor: Bool {
         items.contains { item in
-            guard case .operation(let op) = item else { return true }
-            return op.channel.startFailure == nil
+            switch item {
+            case .operation(let op): return op.channel.startFailure == nil
+            case .barrier(let channel, _, _): return channel.startFailure == nil && !channel.isClosed
+            }
         }
     }
 

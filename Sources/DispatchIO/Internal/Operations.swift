@@ -251,7 +251,10 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                 if probe && !inFlight.isEmpty { break }
                 // Only a read whose own file has nothing queued behind it may wait for the backlog: a write
                 // queued on the same file's lane could otherwise wait for this read forever.
-                if positioned && !entry.hasQueuedItems && !WriteBacklog.shared.admit(self) { break }
+                if positioned && !entry.hasQueuedItems && !WriteBacklog.shared.admit(self) {
+                    // Queued between the look and the wait, an item's wake-up found no one waiting: look again.
+                    guard entry.hasQueuedItems, WriteBacklog.shared.withdraw(self) else { break }
+                }
                 // One system call asks for at most what fits under the high water mark (B24).
                 let room =
                     settings.highWater == Int.max
