@@ -184,11 +184,11 @@ final class Concatenator: @unchecked Sendable {
 
     /// Prints a message on standard error where cat's would land when standard error shares standard
     /// output's open file (`> out 2>&1`): after the bytes before it, and before the ones after. cat writes
-    /// at the shared position; positioned output writes at offsets and moves the position only at the end,
-    /// so the message went to the position the output started at, and the output then overwrote it. Here the
-    /// output written so far is waited for, the position put after it, the message printed, and the output
-    /// goes on after wherever the message left the position (the same place when standard error is another
-    /// file).
+    /// at the shared position; positioned output writes at offsets, and the position follows only the writes
+    /// that have completed, so a message printed meanwhile would land among bytes still to be written, which
+    /// then overwrite it. Here the output written so far is waited for, the position put after it, the
+    /// message printed, and the output goes on after wherever the message left the position (the same
+    /// place when standard error is another file).
     private func printBetweenOutputs(_ message: String) {
         if positionedOutput { waitForWrites() }
         placeMessage(message)
@@ -463,8 +463,10 @@ final class OutputCursor: Sendable {
     /// The write taken at `offset` has completed.
     func wrote(at offset: Int64) {
         state.withLock { state in
-            if let index = state.underway.firstIndex(of: offset) { state.underway.remove(at: index) }
-            lseek(STDOUT_FILENO, start + off_t(state.underway.first ?? state.next), SEEK_SET)
+            guard let index = state.underway.firstIndex(of: offset) else { return }
+            state.underway.remove(at: index)
+            // A later write done first leaves the gap before it: the position stays.
+            if index == 0 { lseek(STDOUT_FILENO, start + off_t(state.underway.first ?? state.next), SEEK_SET) }
         }
     }
 

@@ -230,20 +230,23 @@ struct FileID: Hashable {
 }
 
 /// The files that copies under way read and write, by count: a copy that would write a file another one
-/// reads or writes, or read one another writes, waits for them (see `Copier.startFile`).
+/// reads or writes, or read one another writes, waits for every copy before it (see `Copier.startFile`).
 struct FilesInUse {
     var reading: [FileID: Int] = [:]
     var writing: [FileID: Int] = [:]
 
-    func conflicts(reading source: FileID?, writing destination: FileID?) -> Bool {
+    private func conflicts(reading source: FileID?, writing destination: FileID?) -> Bool {
         if let source, writing[source] != nil { return true }
         guard let destination else { return false }
         return writing[destination] != nil || reading[destination] != nil
     }
 
-    mutating func add(reading source: FileID?, writing destination: FileID?) {
+    /// Adds a copy's files, unless they conflict with a copy under way; whether they were added.
+    mutating func add(reading source: FileID?, writing destination: FileID?) -> Bool {
+        if conflicts(reading: source, writing: destination) { return false }
         if let source { reading[source, default: 0] += 1 }
         if let destination { writing[destination, default: 0] += 1 }
+        return true
     }
 
     mutating func remove(reading source: FileID?, writing destination: FileID?) {
@@ -530,13 +533,13 @@ final class Copier: @unchecked Sendable {
         guard commandLine != nil else { return true }
         guard let earlierIsDirectory = commandLine!.made[destination] else {
             // A file copied onto itself makes nothing (its copy is refused), and a later source may go there.
-            if isDirectory || !Self.isSameFile(source, destination) { commandLine!.made[destination] = isDirectory }
+            if isDirectory || !isSameFile(source, destination) { commandLine!.made[destination] = isDirectory }
             return true
         }
         if !isDirectory && !earlierIsDirectory {
             // cp's look for the same file comes first (`dcopy f d/f d`: d/f onto itself).
             fail(
-                Self.isSameFile(source, destination)
+                isSameFile(source, destination)
                     ? sameFileRefusal(source, destination)
                     : "will not overwrite just-created \(destination.quoted) with \(source.quoted)"
             )
@@ -546,11 +549,18 @@ final class Copier: @unchecked Sendable {
         return true
     }
 
-    /// Whether two paths name one file, links followed, as a file's copy sees them.
-    private static func isSameFile(_ source: PathName, _ destination: PathName) -> Bool {
+    /// Whether a command-line source and its destination are one file as its copy will see them: links
+    /// followed, or with `-r`, which keeps links, by ``creatingOver(_:for:_:_:)``'s rule (two links to one
+    /// file are two files).
+    private func isSameFile(_ source: PathName, _ destination: PathName) -> Bool {
         var from = stat()
         var to = stat()
-        return stat(source.cString, &from) == 0 && stat(destination.cString, &to) == 0 && FileID(from) == FileID(to)
+        guard options.recursive else {
+            return stat(source.cString, &from) == 0 && stat(destination.cString, &to) == 0
+                && FileID(from) == FileID(to)
+        }
+        guard lstat(source.cString, &from) == 0, lstat(destination.cString, &to) == 0 else { return false }
+        return FileID(from) == FileID(to) || isFollowedSameFile(source, from, destination, to)
     }
 
     private func copyDirectory(_ source: PathName, to destination: PathName, info: stat, topLevel: Bool) {
@@ -775,8 +785,11 @@ final class Copier: @unchecked Sendable {
     ) {
         var existing = stat()
         let destinationFile = !destinationIsNew && stat(destination.cString, &existing) == 0 ? FileID(existing) : nil
-        if inUse.withLock({ $0.conflicts(reading: sourceFile, writing: destinationFile) }) { running.wait() }
-        inUse.withLock { $0.add(reading: sourceFile, writing: destinationFile) }
+        if !inUse.withLock({ $0.add(reading: sourceFile, writing: destinationFile) }) {
+            running.wait()
+            // Every copy has ended: nothing is in use.
+            _ = inUse.withLock { $0.add(reading: sourceFile, writing: destinationFile) }
+        }
         running.enter()
         // Its messages come out in walking order, as cp's do, although the copies overlap.
         let file = PendingFile(

@@ -691,12 +691,16 @@ struct DcopyTests {
         try inScratch { scratch in
             let result = try both(
                 scratch,
-                setup: "echo z > f && mkdir -p d && echo x > d/f && mkdir -p s t && echo 1 > s/g && echo 2 > t/g",
-                "%cp f d/f d; echo $?; %cp s/g t/g s; echo $?",
+                setup: "echo z > f && mkdir -p d && echo x > d/f && mkdir -p s t && echo 1 > s/g && echo 2 > t/g "
+                    + "&& mkdir -p a b u && ln -s ../f a/l && ln -s ../f b/l",
+                // With -r two links to one file are two files: the second is refused as just-created.
+                "%cp f d/f d; echo $?; %cp s/g t/g s; echo $?; %cp -r a/l b/l u; echo $?",
                 check: Self.listing
             )
             #expect(
-                result.theirs.stderr == "cp: 'd/f' and 'd/f' are the same file\ncp: 's/g' and 's/g' are the same file\n"
+                result.theirs.stderr
+                    == "cp: 'd/f' and 'd/f' are the same file\ncp: 's/g' and 's/g' are the same file\n"
+                    + "cp: will not overwrite just-created 'u/l' with 'b/l'\n"
             )
             expectSame(result)
         }

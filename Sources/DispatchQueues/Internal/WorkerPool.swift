@@ -32,7 +32,7 @@ import Musl
 final class WorkerPool: @unchecked Sendable {
     static let shared = WorkerPool()
 
-    /// Running workers the pool aims for: the online processors.
+    /// Running workers the pool aims for: the processors this process may run on (``usableProcessorCount()``).
     let cores: Int
     /// Hard cap on threads, as libdispatch's 255-thread workqueue limit.
     let maxThreads = 255
