@@ -32,11 +32,12 @@ enum Main {
         // words are argv's bytes, not `CommandLine.arguments`, whose making cost 0.1 ms of an empty file's
         // run.
         let words = CommandLineWords.current()
-        if words.options.isEmpty {
+        // `-u` (POSIX's unbuffered output) changes nothing, for cat or for dcat, which never holds output back.
+        if words.optionStrings.allSatisfy({ $0.count > 1 && $0.dropFirst().allSatisfy { $0 == "u" } }) {
             exit(concatenate(words.operands.isEmpty ? ["-"] : words.operands))
         }
         // cat's words and exit status (1) for an option it does not have, not ArgumentParser's (64).
-        let refusal = unknownOptionMessage(in: words.optionStrings, shortFlags: ["h"], longFlags: ["help"])
+        let refusal = unknownOptionMessage(in: words.optionStrings, shortFlags: ["h", "u"], longFlags: ["help"])
         do {
             if let refusal { throw ValidationError(refusal) }
             var command = try DCat.parseAsRoot()
@@ -58,9 +59,13 @@ struct DCat: ParsableCommand {
         discussion: """
             With no FILE, or when FILE is -, read standard input. A file that cannot be read is reported \
             on standard error and skipped; the exit status is then 1. When the reader of standard output \
-            goes away, dcat ends quietly by SIGPIPE, as cat does.
+            goes away, dcat ends as cat does: quietly by SIGPIPE, or where SIGPIPE is ignored with \
+            "write error: Broken pipe".
             """
     )
+
+    @Flag(name: .customShort("u"), help: "Ignored, as cat ignores it: dcat never holds output back.")
+    var unbuffered = false
 
     @Argument(help: "Files to concatenate, in order; - is standard input.")
     var files: [String] = []
