@@ -146,7 +146,7 @@ final class Concatenator: @unchecked Sendable {
         positionedOutput = regular && fcntl(STDOUT_FILENO, F_GETFL) & O_APPEND == 0
         readWindow = regular ? fileOutputWindow : window
         outputStart = positionedOutput ? lseek(STDOUT_FILENO, 0, SEEK_CUR) : 0
-        cursor = positionedOutput ? OutputCursor(start: outputStart) : nil
+        cursor = positionedOutput ? OutputCursor(start: outputStart, sizeAtStart: info.st_size) : nil
         outputFile = regular ? (info.st_dev, info.st_ino) : nil
         let type: IOChannel.StreamType = positionedOutput ? .random : .stream
         // Standard output unusable from the start (a directory, say) fails the first write, which reports
@@ -304,11 +304,17 @@ final class Concatenator: @unchecked Sendable {
     fileprivate func writeWindow(_ data: DispatchDataBuffer, written: @escaping @Sendable () -> Void) {
         guard !data.isEmpty else { return written() }
         let cursor = self.cursor
-        let offset = cursor?.take(data.count) ?? 0
-        output.write(offset: offset, data: data, queue: queue) { done, _, error in
+        let offset: Int64?
+        if let cursor { offset = cursor.take(data.count) } else { offset = 0 }
+        // After a failed write nothing more is written (see `OutputCursor`).
+        guard let offset else { return written() }
+        output.write(offset: offset, data: data, queue: queue) { done, unwritten, error in
             guard done else { return }
-            if let error { Concatenator.writeFailed(error) }
-            cursor?.wrote(at: offset)
+            if let cursor {
+                cursor.ended(at: offset, count: data.count, unwritten: unwritten?.count ?? 0, error: error)
+            } else if let error {
+                Concatenator.writeFailed(error)
+            }
             written()
         }
     }
@@ -372,23 +378,14 @@ final class Concatenator: @unchecked Sendable {
             }
             if last { credits.signal() }
         }
-        let output = self.output
-        let queue = self.queue
-        let cursor = self.cursor
-        input.read(offset: 0, length: streamWindow, queue: queue) { done, data, error in
+        input.read(offset: 0, length: streamWindow, queue: queue) { [self] done, data, error in
             if let data, !data.isEmpty {
                 pending.withLock { state in
                     state.count += 1
                     state.bytes += data.count
                 }
                 // Handlers run one at a time on the serial queue, in read order: offsets follow the bytes.
-                let offset = cursor?.take(data.count) ?? 0
-                output.write(offset: offset, data: data, queue: queue) { done, _, error in
-                    guard done else { return }
-                    if let error { Concatenator.writeFailed(error) }
-                    cursor?.wrote(at: offset)
-                    release()
-                }
+                writeWindow(data, written: release)
             }
             guard done else { return }
             let bytes = pending.withLock { $0.bytes }
@@ -449,15 +446,34 @@ final class Concatenator: @unchecked Sendable {
 /// gap, as cat's own writes move it. It used to move only at the end: a dcat that was killed (`timeout`)
 /// left it at the start, and what the shell wrote next went over dcat's bytes (`{ timeout 1 dcat; echo
 /// TAIL; } > o`), as did any other writer of the same open file meanwhile.
+///
+/// A failed write (`ENOSPC`, `EIO`) ends the output where it failed, as cat's output ends at its failed
+/// write: nothing more is taken, and once the writes under way have ended, the file is cut back to the
+/// failure (never below its size at start, so that bytes dcat did not write stay), then the error ends the
+/// process. Writes complete in any order, and a later one done before an earlier one failed left its bytes
+/// past a stretch of zeros (8 of 80 runs into a full tmpfs on the POSIX engine).
 final class OutputCursor: Sendable {
     private let start: off_t
-    private let state = Locked<(next: Int64, underway: [Int64])>((0, []))
+    private let sizeAtStart: off_t
+    private let state = Locked<State>(State())
 
-    init(start: off_t) { self.start = start }
+    private struct State {
+        var next: Int64 = 0
+        var underway: [Int64] = []
+        /// The earliest failure: its error, and where the bytes written without a gap end.
+        var failure: (error: Errno, end: Int64)?
+    }
 
-    /// The offset for a write of `count` bytes, which ``wrote(at:)`` ends.
-    func take(_ count: Int) -> Int64 {
+    init(start: off_t, sizeAtStart: off_t) {
+        self.start = start
+        self.sizeAtStart = sizeAtStart
+    }
+
+    /// The offset for a write of `count` bytes, which ``ended(at:count:unwritten:error:)`` ends; nil once a
+    /// write has failed, and the bytes are not written.
+    func take(_ count: Int) -> Int64? {
         state.withLock { state in
+            guard state.failure == nil else { return nil }
             let offset = state.next
             state.next += Int64(count)
             state.underway.append(offset)
@@ -465,14 +481,29 @@ final class OutputCursor: Sendable {
         }
     }
 
-    /// The write taken at `offset` has completed.
-    func wrote(at offset: Int64) {
-        state.withLock { state in
-            guard let index = state.underway.firstIndex(of: offset) else { return }
+    /// The write taken at `offset` has ended, `unwritten` of its `count` bytes not written, with `error`
+    /// if it failed. Does not return once the output is over (see the type's comment).
+    func ended(at offset: Int64, count: Int, unwritten: Int, error: Errno?) {
+        let over = state.withLock { state -> (error: Errno, end: off_t)? in
+            guard let index = state.underway.firstIndex(of: offset) else { return nil }
             state.underway.remove(at: index)
-            // A later write done first leaves the gap before it: the position stays.
-            if index == 0 { lseek(STDOUT_FILENO, start + off_t(state.underway.first ?? state.next), SEEK_SET) }
+            if let error {
+                let end = offset + Int64(count - unwritten)
+                if state.failure.map({ end < $0.end }) ?? true { state.failure = (error, end) }
+            }
+            guard let failure = state.failure else {
+                // A later write done first leaves the gap before it: the position stays.
+                if index == 0 { lseek(STDOUT_FILENO, start + off_t(state.underway.first ?? state.next), SEEK_SET) }
+                return nil
+            }
+            return state.underway.isEmpty ? (failure.error, start + off_t(failure.end)) : nil
         }
+        guard let over else { return }
+        let keep = max(over.end, sizeAtStart)
+        var status = stat()
+        if fstat(STDOUT_FILENO, &status) == 0 && status.st_size > keep { _ = ftruncate(STDOUT_FILENO, keep) }
+        lseek(STDOUT_FILENO, over.end, SEEK_SET)
+        Concatenator.writeFailed(over.error)
     }
 
     /// Puts the position after everything taken (nothing is under way).
