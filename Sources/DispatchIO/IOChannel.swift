@@ -323,7 +323,8 @@ public final class IOChannel: Sendable {
     /// ``setTarget(queue:)`` chose another), after every operation submitted earlier on this channel and
     /// on every channel sharing its descriptor has completed; operations submitted later wait until it
     /// returns (B48, B49). It may use ``fileDescriptor`` (`fsync`, `lseek`), but must not close it. On a
-    /// path channel the file is opened before the barrier runs, so ``fileDescriptor`` is there (B41).
+    /// path channel the file is opened before the barrier runs, so ``fileDescriptor`` is there (B41), unless
+    /// the channel is closed or failed: then nothing is opened, and ``fileDescriptor`` is nil.
     public func barrier(execute barrier: @escaping @Sendable () -> Void) {
         core.entry.enqueue(.barrier(core, core.targetQueue, barrier))
     }

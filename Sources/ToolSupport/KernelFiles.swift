@@ -10,7 +10,7 @@ import Musl
 /// or debugfs. Their regular files say they are empty, give about a page per read, and some wait for more
 /// (`trace_pipe`, `/proc/kmsg`), so a reader must take what each read gives rather than trust the size.
 /// False when the file system cannot be told.
-public func isKernelMadeFile(_ fd: CInt) -> Bool {
+package func isKernelMadeFile(_ fd: CInt) -> Bool {
     var system = statfs()
     guard fstatfs(fd, &system) == 0 else { return false }
     // Magic numbers from linux/magic.h.

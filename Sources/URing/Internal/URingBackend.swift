@@ -240,8 +240,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         // open needs that number (dcat opens its file right away, at `ulimit -n 4`) must find it closed when
         // `init` returns, so `init` waits for the thread where descriptors are scarce: under a limit of 64,
         // which is set to be reached, or when a probe finds no other descriptor free. Elsewhere the thread
-        // starts beside the caller: waiting cost dcat of an empty file 0.95–0.97× its time (1.86 against
-        // 1.96 ms and 1.73 against 1.79, medians of 800 and 600 runs in turn, 2026-11-26).
+        // starts beside the caller: without the wait, dcat of an empty file took 0.95–0.97× the time (1.86
+        // against 1.96 ms and 1.73 against 1.79, medians of 800 and 600 runs in turn, 2026-11-26).
         let spare = descriptorLimit < 64 ? -1 : fcntl(ring.pointee.ring_fd, F_DUPFD_CLOEXEC, 0)
         if spare >= 0 { close(spare) }
         startThread()
