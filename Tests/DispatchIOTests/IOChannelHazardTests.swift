@@ -137,7 +137,9 @@ struct IOChannelHazardTests {
     /// first. A read that passed the closed check while the stop ran used to be queued after the stop had
     /// taken the queue, and then started on the stopped channel: on an idle pipe it never ended. (That
     /// window is a few instructions wide: these rounds did not hit it before the fix, which was found by
-    /// reading the code; they check that every round ends.)
+    /// reading the code; they check that every round ends.) Under ThreadSanitizer they also found that the
+    /// POSIX engine lost a pool thread whenever one woke to find only cancelled requests in its queue
+    /// (reported as thread leaks in 2 of 3 runs of this suite, none in 4 after the fix).
     @Test(arguments: EngineKind.allCases)
     func aReadRacingAStopEnds(kind: EngineKind) async throws {
         let engine = Engines.get(kind)

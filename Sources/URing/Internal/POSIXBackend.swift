@@ -197,8 +197,17 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     private func poolLoop() {
         while true {
             lock.lock()
-            while runQueue.isEmpty && !stopping { lock.wait(on: workAvailable) }
-            guard !stopping, let request = runQueue.pop() else {
+            // A request cancelled while queued leaves a gap that `pop` skips: the queue may look non-empty
+            // and still give nothing. The thread waits again then; it used to end, unjoined, and each such
+            // cancel cost the pool a thread for good (ThreadSanitizer reported the leaks after 2,000 reads
+            // racing a stop; four would have left no thread to run anything).
+            var next: Request?
+            while !stopping {
+                next = runQueue.pop()
+                if next != nil { break }
+                lock.wait(on: workAvailable)
+            }
+            guard !stopping, let request = next else {
                 lock.unlock()
                 return
             }
@@ -714,8 +723,6 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
 private struct FIFO {
     private var items: [Request?] = []
     private var head = 0
-
-    var isEmpty: Bool { head == items.count }
 
     mutating func push(_ request: Request) { items.append(request) }
 
