@@ -235,22 +235,22 @@ struct FilesInUse {
     var reading: [FileID: Int] = [:]
     var writing: [FileID: Int] = [:]
 
-    private func conflicts(reading source: FileID?, writing destination: FileID?) -> Bool {
-        if let source, writing[source] != nil { return true }
+    private func conflicts(reading source: FileID, writing destination: FileID?) -> Bool {
+        if writing[source] != nil { return true }
         guard let destination else { return false }
         return writing[destination] != nil || reading[destination] != nil
     }
 
     /// Adds a copy's files, unless they conflict with a copy under way; whether they were added.
-    mutating func add(reading source: FileID?, writing destination: FileID?) -> Bool {
+    mutating func add(reading source: FileID, writing destination: FileID?) -> Bool {
         if conflicts(reading: source, writing: destination) { return false }
-        if let source { reading[source, default: 0] += 1 }
+        reading[source, default: 0] += 1
         if let destination { writing[destination, default: 0] += 1 }
         return true
     }
 
-    mutating func remove(reading source: FileID?, writing destination: FileID?) {
-        if let source { Self.decrement(&reading, source) }
+    mutating func remove(reading source: FileID, writing destination: FileID?) {
+        Self.decrement(&reading, source)
         if let destination { Self.decrement(&writing, destination) }
     }
 
@@ -281,7 +281,7 @@ struct PendingFile {
     /// Its place among the messages, taken when the walk reached it.
     let place: Int
     /// The source's file, and the destination's when it already exists (see ``FilesInUse``).
-    let reading: FileID?
+    let reading: FileID
     let writing: FileID?
 }
 
