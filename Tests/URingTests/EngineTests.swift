@@ -836,6 +836,155 @@ struct EngineTests {
         }
     }
 
+    // MARK: A regular file's writes on the POSIX engine
+
+    /// Writes of `count` pieces of `length` bytes to `fd`, piece `i` filled with `fill(i)` at `offset(i)`,
+    /// all submitted before any is awaited; returns their ids and a wait for every completion, by index.
+    private func submitWrites(
+        _ engine: IOEngine,
+        fd: CInt,
+        count: Int,
+        length: Int,
+        offset: (Int) -> Int64,
+        fill: (Int) -> UInt8
+    ) -> (ids: [OperationID], completions: () async -> [IOCompletion?]) {
+        let buffers = (0..<count).map { Buffer(count: length, fill: fill($0)) }
+        let results = Locked([IOCompletion?](repeating: nil, count: count))
+        let calls = Atomic<Int>(0)
+        // Whether every write has completed, and what to call when they have.
+        let end = Locked<(reached: Bool, waiter: (@Sendable (()) -> Void)?)>((false, nil))
+        var ids: [OperationID] = []
+        for index in 0..<count {
+            ids.append(
+                engine.write(
+                    fd,
+                    from: UnsafeRawBufferPointer(buffers[index].bytes),
+                    at: offset(index),
+                    keepAlive: buffers[index]
+                ) {
+                    completion in
+                    results.withLock {
+                        #expect($0[index] == nil, "write \(index) completed twice")
+                        $0[index] = completion
+                    }
+                    if calls.wrappingAdd(1, ordering: .relaxed).newValue == count {
+                        end.withLock {
+                            $0.reached = true
+                            return $0.waiter
+                        }?(())
+                    }
+                }
+            )
+        }
+        return (
+            ids,
+            {
+                await awaitCallback(orElse: ()) { done in
+                    let reached = end.withLock {
+                        $0.waiter = done
+                        return $0.reached
+                    }
+                    if reached { done(()) }
+                }
+                return results.withLock { $0 }
+            }
+        )
+    }
+
+    /// The byte that fills `length` bytes of `fd` at `offset`, or nil when they are not all one byte.
+    private func holds(_ fd: CInt, at offset: Int, length: Int) -> UInt8? {
+        let into = Buffer(count: length)
+        guard pread(fd, into.bytes.baseAddress, length, off_t(offset)) == length else { return nil }
+        let uniform = Buffer(count: length, fill: into.bytes[0])
+        return memcmp(into.bytes.baseAddress!, uniform.bytes.baseAddress!, length) == 0 ? into.bytes[0] : nil
+    }
+
+    /// A regular file's writes run one at a time, in the order they were submitted, as io_uring's workers run
+    /// them, so a process killed while writing leaves a prefix of its output. Each round writes one place 16
+    /// times: the last write submitted must be the one that stays. The pool's four threads ran them at once
+    /// before, and the round's last write to run was any of the last few.
+    @Test func aRegularFilesWritesRunInTheOrderTheyWereSubmitted() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        try await withEngine(.posix) { engine in
+            let fd = openFile(dir.file("f"))
+            defer { close(fd) }
+            let length = 256 << 10
+            for round in 0..<20 {
+                let writes = submitWrites(engine, fd: fd, count: 16, length: length, offset: { _ in 0 }) {
+                    UInt8(truncatingIfNeeded: round * 16 + $0 + 1)
+                }
+                let completions = await writes.completions()
+                #expect(completions.allSatisfy { $0 == IOCompletion(result: length) })
+                let last = UInt8(truncatingIfNeeded: round * 16 + 16)
+                let kept = holds(fd, at: 0, length: length)
+                #expect(kept == last, "round \(round): the place holds \(kept.map(String.init) ?? "mixed bytes")")
+            }
+        }
+    }
+
+    /// A write cancelled while it waits for its file's earlier writes leaves the queue and completes with
+    /// ECANCELED, once; the writes after it, and a write submitted afterwards, still run.
+    @Test func aWriteCancelledWhileItWaitsForItsFilesEarlierWrites() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        try await withEngine(.posix) { engine in
+            let fd = openFile(dir.file("f"))
+            defer { close(fd) }
+            let length = 4 << 20
+            let count = 16
+            let writes = submitWrites(engine, fd: fd, count: count, length: length, offset: { Int64($0 * length) }) {
+                UInt8($0 + 1)
+            }
+            // Every other write from the fourth on: most still wait behind the first.
+            var cancels: [Int: IOCompletion] = [:]
+            for index in stride(from: 3, to: count, by: 2) {
+                cancels[index] = await complete { engine.cancel(writes.ids[index], then: $0) }
+            }
+            let completions = await writes.completions()
+            for index in 0..<count {
+                let completion = try #require(completions[index])
+                let cancel = cancels[index]
+                if cancel == nil || completion.error == nil {
+                    // Not cancelled, or cancelled too late (EALREADY while it ran, ENOENT once done).
+                    #expect(completion == IOCompletion(result: length), "write \(index)")
+                    #expect(cancel == nil || cancel!.error != nil, "write \(index)")
+                    #expect(holds(fd, at: index * length, length: length) == UInt8(index + 1), "write \(index)'s bytes")
+                } else {
+                    #expect(completion.error == .canceled, "write \(index)")
+                    #expect(cancel!.error == nil || cancel!.error == .alreadyInProcess, "write \(index)")
+                }
+            }
+            // The last ones wait behind 40 MiB or more of writes: some cancel finds its write waiting.
+            #expect(cancels.values.contains { $0.error == nil }, "\(cancels)")
+            let after = Buffer(count: 8, fill: 9)
+            let last = await complete {
+                engine.write(fd, from: UnsafeRawBufferPointer(after.bytes), at: 0, keepAlive: after, then: $0)
+            }
+            #expect(last == IOCompletion(result: 8))
+        }
+    }
+
+    /// Shutdown cancels the writes that wait for their file's earlier ones, each once: the writes that ran
+    /// are the first ones submitted.
+    @Test func shutdownCancelsWritesWaitingForTheirFile() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let engine = try IOEngine(kind: .posix)
+        let fd = openFile(dir.file("f"))
+        defer { close(fd) }
+        let length = 4 << 20
+        let count = 16
+        let writes = submitWrites(engine, fd: fd, count: count, length: length, offset: { Int64($0 * length) }) {
+            UInt8($0 + 1)
+        }
+        engine.shutdown()
+        let completions = await writes.completions()
+        let ran = completions.prefix { $0?.error == nil }.count
+        #expect(completions.prefix(ran).allSatisfy { $0 == IOCompletion(result: length) })
+        #expect(completions.dropFirst(ran).allSatisfy { $0?.error == .canceled }, "\(completions)")
+    }
+
     // MARK: Shutdown
 
     @Test(arguments: EngineKind.allCases)

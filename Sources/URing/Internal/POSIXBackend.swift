@@ -14,7 +14,8 @@ import Glibc
 /// blocking first (`RWF_NOWAIT`, or `poll` with no wait where the file does not support it) and park in
 /// the reactor until ready, so a pool thread never sleeps in a read nobody will satisfy and a pending
 /// read can be cancelled, as on io_uring. Regular files and block devices are read and written with
-/// plain blocking calls: they never wait for a peer.
+/// plain blocking calls: they never wait for a peer. A regular file's writes run one at a time, in the
+/// order they were submitted (`writeLanes`), as on io_uring.
 ///
 /// A process out of descriptors when the engine starts (`ulimit -n 4`) gets no reactor at first, and
 /// regular files are read and written all the same; each later wait tries to make it again. Until then a
@@ -41,6 +42,13 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     private var parked: [UInt64: Request] = [:]
     private var fdWaiters: [CInt: [UInt64]] = [:]
     private var registered: Set<CInt> = []
+    /// The writes of each regular file with one running: the one running, and those submitted after it,
+    /// in order. A file's writes run one at a time in the order they were submitted, as io_uring's
+    /// workers run them (io-wq hashes a regular file's writes by inode): the file never holds a later
+    /// write's bytes past an earlier one's unwritten range, so a process killed while writing leaves a
+    /// prefix of its output, as `cat` does, not a later piece past zeros. The kernel runs buffered writes
+    /// to one inode one at a time anyway (the inode's lock), so this costs no parallelism.
+    private var writeLanes: [FileIdentity: WriteLane] = [:]
     private var timers = DeadlineHeap()
     private var timerRequests: [UInt64: Request] = [:]
     private var armedDeadline: Int64 = .max
@@ -145,9 +153,26 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
 
     func submit(_ op: Op, offload: Bool, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID {
         let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
-        let request = Request(id: id, op: op, keepAlive: keepAlive, handler: handler)
+        let (mode, file) = Self.classifyWrite(op)
+        let request: Request
+        if let file {
+            request = Request(id: id, op: op, keepAlive: keepAlive) { [self] completion in
+                leaveWriteLane(file, id: id)
+                handler(completion)
+            }
+        } else {
+            request = Request(id: id, op: op, keepAlive: keepAlive, handler: handler)
+        }
+        request.transferMode = mode.rawValue
         let accepted = lock.withLock { () -> Bool in
             if stopping { return false }
+            if let file {
+                if writeLanes[file] != nil {
+                    writeLanes[file]!.waiting.append(request)
+                    return true
+                }
+                writeLanes[file] = WriteLane(holder: id)
+            }
             runQueue.push(request)
             pthread_cond_signal(workAvailable)
             return true
@@ -156,12 +181,69 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         return OperationID(rawValue: id)
     }
 
+    /// How a write's descriptor is transferred, and the regular file it writes, if it writes one: decided
+    /// at submission, so that its place among the file's writes is the order of submission. Reads and
+    /// writes whose descriptor cannot be looked at decide on their pool thread (`undecided`).
+    private static func classifyWrite(_ op: Op) -> (TransferMode, FileIdentity?) {
+        let fd: CInt
+        switch op {
+        case .write(let descriptor, _, _, _), .vector(_, let descriptor, _, true): fd = descriptor
+        default: return (.undecided, nil)
+        }
+        var info = statx()
+        // Type and inode only, from what the kernel has: a network file system is not asked, so the
+        // submitting thread does not wait for one.
+        let flags = IOEngine.emptyPathFlag | dontSyncFlag
+        guard callStatx(fd, "", flags, UInt32(STATX_TYPE | STATX_INO), &info) == 0 else { return (.undecided, nil) }
+        switch mode_t(info.stx_mode) & S_IFMT {
+        case S_IFREG:
+            let file = FileIdentity(major: info.stx_dev_major, minor: info.stx_dev_minor, inode: info.stx_ino)
+            return (.blocking, file)
+        case S_IFBLK: return (.blocking, nil)
+        default: return (.noWait, nil)
+        }
+    }
+
+    /// `AT_STATX_DONT_SYNC`.
+    private static let dontSyncFlag: CInt = 0x4000
+
+    /// A write of `file` has completed, or was cancelled: the next of the file's writes goes to the run
+    /// queue. A write cancelled while it waited has already left the lane (`removeWaitingWrite`), and
+    /// after shutdown there are no lanes.
+    private func leaveWriteLane(_ file: FileIdentity, id: UInt64) {
+        lock.withLock {
+            guard var lane = writeLanes[file], lane.holder == id else { return }
+            guard !lane.waiting.isEmpty else {
+                writeLanes[file] = nil
+                return
+            }
+            let next = lane.waiting.removeFirst()
+            lane.holder = next.id
+            writeLanes[file] = lane
+            runQueue.push(next)
+            pthread_cond_signal(workAvailable)
+        }
+    }
+
+    /// Takes a write that waits for its file's earlier writes out of its lane. Lock held.
+    private func removeWaitingWrite(_ id: UInt64) -> Request? {
+        for (file, var lane) in writeLanes {
+            guard let index = lane.waiting.firstIndex(where: { $0.id == id }) else { continue }
+            let request = lane.waiting.remove(at: index)
+            writeLanes[file] = lane
+            return request
+        }
+        return nil
+    }
+
     func shutdown() {
         var cancelled: [Request] = []
         let joinable = lock.withLock { () -> [pthread_t] in
             if stopping { return [] }
             stopping = true
             while let request = runQueue.pop() { cancelled.append(request) }
+            for lane in writeLanes.values { cancelled.append(contentsOf: lane.waiting) }
+            writeLanes.removeAll()
             cancelled.append(contentsOf: parked.values)
             cancelled.append(contentsOf: timerRequests.values)
             // Opens waiting for a peer would keep their threads, and this call, waiting with them.
@@ -607,7 +689,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             case elsewhere
         }
         let place = lock.withLock { () -> Where in
-            if let request = runQueue.remove(id: target) { return .queued(request) }
+            if let request = runQueue.remove(id: target) ?? removeWaitingWrite(target) { return .queued(request) }
             if let request = running[target] {
                 if let thread = openingThreads.removeValue(forKey: target) {
                     abandonOpen(request, thread: thread)
@@ -717,6 +799,19 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         }
         for request in due { request.handler(IOCompletion(result: 0)) }
     }
+}
+
+/// A regular file, as its writes are ordered: by inode, as io_uring's workers order them.
+private struct FileIdentity: Hashable {
+    let major: UInt32
+    let minor: UInt32
+    let inode: UInt64
+}
+
+/// The write of a regular file that is running or queued to run, and the file's writes submitted after it.
+private struct WriteLane {
+    var holder: UInt64
+    var waiting: [Request] = []
 }
 
 /// A first-in first-out queue of requests that can also drop one by identifier (cancel).
