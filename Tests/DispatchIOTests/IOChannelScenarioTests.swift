@@ -276,12 +276,14 @@ struct IOChannelScenarioTests {
     /// B42 with a real EACCES: as an unprivileged user (a child process that drops root), a path channel
     /// on a file it may not read fails every operation with EACCES.
     @Test func permissionDeniedForAnUnprivilegedUser() async {
+        // Named after this process and removed by it: the child, no longer root, cannot unlink a file of
+        // root's in /tmp (sticky), and it ends in `exit`, which runs no `defer`.
+        defer { unlink("/tmp/dispatchio-eacces-\(getpid())") }
         await #expect(processExitsWith: .success) {
-            let path = "/tmp/dispatchio-eacces-\(getpid())"
+            let path = "/tmp/dispatchio-eacces-\(getppid())"
             let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
             precondition(fd >= 0)
             close(fd)
-            defer { unlink(path) }
             if getuid() == 0 {
                 // nobody: permissions now apply.
                 guard setgid(65534) == 0, setuid(65534) == 0 else { exit(1) }

@@ -86,7 +86,7 @@ func socketPair() -> (CInt, CInt) {
     return (fds[0], fds[1])
 }
 
-/// A fresh empty directory under /tmp, removed with its contents by `cleanup`.
+/// A fresh empty directory under /tmp, removed with everything in it by `cleanup`.
 struct TemporaryDirectory {
     let path: String
 
@@ -99,16 +99,18 @@ struct TemporaryDirectory {
 
     func file(_ name: String) -> String { path + "/" + name }
 
-    func cleanup() {
-        if let dir = opendir(path) {
-            while let entry = readdir(dir) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) {
-                    String(cString: $0.bindMemory(to: CChar.self).baseAddress!)
-                }
-                if name != "." && name != ".." { unlink(file(name)) }
+    func cleanup() { Self.remove(path) }
+
+    /// Removes `path` and, if it is a directory, what is in it (some tests make subdirectories).
+    private static func remove(_ path: String) {
+        guard unlink(path) != 0, errno == EISDIR, let dir = opendir(path) else { return }
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(cString: $0.bindMemory(to: CChar.self).baseAddress!)
             }
-            closedir(dir)
+            if name != "." && name != ".." { remove(path + "/" + name) }
         }
+        closedir(dir)
         rmdir(path)
     }
 }
