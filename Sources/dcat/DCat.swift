@@ -238,9 +238,14 @@ final class Concatenator: @unchecked Sendable {
                 if !waited { break }
             }
             if opened < 0 {
+                // cat opens a file at its turn, once everything before it is written: a file made, or made
+                // readable, meanwhile is read. So the error reported is the one an open gets at that turn.
+                files.drain()
+                opened = path.withCString { open($0, O_RDONLY | O_CLOEXEC) }
+            }
+            if opened < 0 {
                 let error = Errno(rawValue: errno)
                 files.releaseDescriptor()
-                files.drain()
                 return report(path, error)
             }
             fd = opened
