@@ -145,9 +145,9 @@ package final class IOEngine: Sendable {
         }
     }
 
-    /// A POSIX engine that behaves as one started without a descriptor to spare: it never has a reactor,
-    /// so readiness waits fail with `EMFILE` and timeouts are kept by its descriptor-free timer thread.
-    /// For tests.
+    /// A POSIX engine that behaves as one without a descriptor to spare: it never has a reactor, so
+    /// readiness waits are its pool threads' own, in `poll`, and timeouts are kept by its descriptor-free
+    /// timer thread. For tests.
     package init(posixWithoutReactor: Void) {
         kind = .posix
         backend = POSIXBackend(reactorAllowed: false)

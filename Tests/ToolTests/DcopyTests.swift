@@ -957,8 +957,9 @@ struct DcopyTests {
 
     // Near the descriptor limit, dcopy needs what cp needs, two past the standard three: the engine holds
     // none of its own (dcopy needed one more, the ring's). The POSIX engine, which trapped when it could
-    // not have its reactor's three at start, now copies without it. With none free, the
-    // command line cannot be read and dcopy says so (it trapped on an empty argument vector).
+    // not have its reactor's three at start, now copies without it; and it makes the reactor only at a
+    // first wait, where it made it at start and then had none left for the files at limits 6 and 7. With
+    // none free, the command line cannot be read and dcopy says so (it trapped on an empty argument vector).
     @Test func aLowDescriptorLimit() throws {
         try inScratch { scratch in
             let outcome = try scratch.run(
@@ -966,13 +967,16 @@ struct DcopyTests {
                 mkdir -p s/d && printf a > s/a && printf b > s/d/b
                 (export DISPATCH_ENGINE=uring; ulimit -n 5; "$DCOPY" -r s t; echo $?; "$DCOPY" s/a u; echo $?)
                 (ulimit -n 5; DISPATCH_ENGINE=posix "$DCOPY" -r s v; echo $?)
+                (ulimit -n 6; DISPATCH_ENGINE=posix "$DCOPY" -r s x; echo $?)
                 (ulimit -n 3; "$DCOPY" s/a w; echo $?)
-                cat t/a t/d/b u v/a v/d/b; ls w 2>&1
+                cat t/a t/d/b u v/a v/d/b x/a x/d/b; ls w 2>&1
                 """
             )
             // A dynamically linked dcopy (the debug build) fails in its loader at `ulimit -n 3`, as cp does.
             let failed = Tools.areStatic ? "1" : "127"
-            #expect(outcome.text == "0\n0\n0\n\(failed)\nabaabls: cannot access 'w': No such file or directory\n")
+            #expect(
+                outcome.text == "0\n0\n0\n0\n\(failed)\nabaababls: cannot access 'w': No such file or directory\n"
+            )
             if Tools.areStatic {
                 #expect(outcome.stderr == "dcopy: /proc/self/cmdline: Too many open files\n")
             }

@@ -17,11 +17,11 @@ import Glibc
 /// plain blocking calls: they never wait for a peer. A regular file's writes run one at a time, in the
 /// order they were submitted (`writeLanes`), as on io_uring.
 ///
-/// A process out of descriptors when the engine starts (`ulimit -n 4`) gets no reactor at first, and
-/// regular files are read and written all the same; each later wait tries to make it again. Until then a
-/// poll, or a transfer that is not ready at once, completes with the error that kept the reactor from
-/// being made (`Too many open files`), and timeouts are kept by a thread that waits on a condition
-/// variable, which needs no descriptor.
+/// The reactor (an epoll, an eventfd and a timerfd) is made at the first wait, so a process that never
+/// waits (regular files only) leaves its three descriptors free. Where it cannot be made (`ulimit -n 4`),
+/// each wait tries again, and meanwhile a pool thread waits itself, in `poll`, a slice at a time
+/// (`waitWithoutReactor`); timeouts are kept by a thread that waits on a condition variable, which needs
+/// no descriptor.
 final class POSIXBackend: EngineBackend, @unchecked Sendable {
     static let poolSize = 4
     private static let wakeKey: UInt64 = 1 << 63
@@ -79,12 +79,9 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         pthread_condattr_destroy(&attributes)
         var started: [pthread_t] = []
         for _ in 0..<Self.poolSize { started.append(spawn { $0.poolLoop() }) }
-        // The reactor from the start where it can be had: a process that later runs out of descriptors
-        // still has it for its first wait.
-        lock.withLock {
-            threads = started
-            _ = ensureReactor()
-        }
+        // The reactor comes with the first wait: made here, it took three of the descriptors a process near
+        // its limit needs for its files (at `ulimit -n 6`, dcat could open none).
+        lock.withLock { threads = started }
     }
 
     deinit {
@@ -461,18 +458,21 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     private func park(_ request: Request, fd: CInt, events: UInt32) {
         var failure: Int32 = 0
         var readyNow = false
-        var noReactor: Errno?
+        var noReactor = false
         lock.withLock {
-            running[request.id] = nil
             // A request caught inside a system call by cancel or shutdown stops here instead of waiting.
             if request.cancelRequested || stopping {
+                running[request.id] = nil
                 failure = ECANCELED
                 return
             }
-            if let reason = ensureReactor() {
-                noReactor = reason
+            // Without a reactor this thread waits itself, and the request stays `running` meanwhile, so that
+            // a cancel finds it.
+            if ensureReactor() != nil {
+                noReactor = true
                 return
             }
+            running[request.id] = nil
             request.readinessEvents = events
             var waiters = fdWaiters[fd] ?? []
             waiters.append(request.id)
@@ -509,8 +509,8 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             fdWaiters[fd] = waiters
             parked[request.id] = request
         }
-        if let noReactor {
-            parkWithoutReactor(request, fd: fd, events: events, failure: noReactor)
+        if noReactor {
+            waitWithoutReactor(request, fd: fd, events: events)
         } else if failure != 0 {
             request.handler(IOCompletion(result: request.progress, error: Errno(rawValue: failure)))
         } else if readyNow {
@@ -519,18 +519,34 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         }
     }
 
-    /// Without a reactor nothing can wait: a descriptor ready now goes on, any other fails. The request
-    /// is no longer `running`.
-    private func parkWithoutReactor(_ request: Request, fd: CInt, events: UInt32, failure: Errno) {
+    /// Without a reactor the pool thread waits itself, in `poll`, for at most ``waitSlice`` milliseconds; a
+    /// descriptor still not ready by then sends the request to the back of the run queue, to wait again when
+    /// a thread takes it, so that a few such waits cannot hold every pool thread while the work that would
+    /// make them ready is queued. A cancel (or shutdown) during the wait ends the request at the end of the
+    /// slice. Costs a wake-up per waiting request per slice, where the reactor costs none; it is the way
+    /// of a process without three descriptors to spare (`ulimit -n 4` with a pipe to read), whose waits
+    /// used to fail with `EMFILE`.
+    private func waitWithoutReactor(_ request: Request, fd: CInt, events: UInt32) {
         var pfd = pollfd(fd: fd, events: Int16(truncatingIfNeeded: events), revents: 0)
-        if !request.cancelRequested && Glibc.poll(&pfd, 1, 0) > 0 {
+        let ready = Glibc.poll(&pfd, 1, Self.waitSlice) > 0
+        let cancelled = lock.withLock { () -> Bool in
+            running[request.id] = nil
+            if request.cancelRequested || stopping { return true }
+            if !ready {
+                runQueue.push(request)
+                pthread_cond_signal(workAvailable)
+            }
+            return false
+        }
+        if cancelled {
+            request.handler(IOCompletion(result: request.progress, error: .canceled))
+        } else if ready {
             becameReady(request, revents: UInt32(UInt16(bitPattern: pfd.revents)))
-        } else {
-            request.handler(
-                IOCompletion(result: request.progress, error: request.cancelRequested ? .canceled : failure)
-            )
         }
     }
+
+    /// How long a pool thread waits in `poll` at a time where there is no reactor, in milliseconds.
+    private static let waitSlice: CInt = 10
 
     /// Completes a parked poll, or sends a parked transfer back to the pool.
     private func becameReady(_ request: Request, revents: UInt32) {
