@@ -107,6 +107,40 @@ package struct PathName: Sendable, Hashable, ExpressibleByStringLiteral {
         return PathName(storage: Array(storage[..<end]) + [0])
     }
 
+    /// The path without its `.` components and repeated slashes (`d/./f` and `d//f` give `d/f`, `./f` gives
+    /// `f`, `.` stays `.`), which name the same file whatever the links on the way; `..` stays, since what
+    /// it leads to depends on them. Returns `self` when there is nothing to drop, without a copy.
+    package var withoutDotComponents: PathName {
+        let n = count
+        // Nothing to drop unless a component is empty or `.` (the common case: one pass, no allocation).
+        var needed = false
+        var start = 0
+        for index in 0...n where index == n || byte(index) == slash {
+            let length = index - start
+            // (The empty component before an absolute path's first slash is the root, not a repeat.)
+            if length == 0 && index > 0 || length == 1 && byte(start) == dot {
+                needed = true
+                break
+            }
+            start = index + 1
+        }
+        guard needed else { return self }
+        var components: [ArraySlice<CChar>] = []
+        start = 0
+        for index in 0...n where index == n || byte(index) == slash {
+            let component = storage[start..<index]
+            if !component.isEmpty && !(component.count == 1 && byte(start) == dot) { components.append(component) }
+            start = index + 1
+        }
+        var joined: [CChar] = n > 0 && byte(0) == slash ? [CChar(bitPattern: slash)] : []
+        for (position, component) in components.enumerated() {
+            if position > 0 { joined.append(CChar(bitPattern: slash)) }
+            joined += component
+        }
+        if joined.isEmpty { joined = [CChar(bitPattern: dot)] }
+        return PathName(storage: joined + [0])
+    }
+
     /// Whether this path is `ancestor` or lies under it (byte-wise, on resolved paths).
     package func isWithin(_ ancestor: PathName) -> Bool {
         let prefix = ancestor.appending("")

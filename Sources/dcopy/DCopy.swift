@@ -234,29 +234,56 @@ struct FileID: Hashable {
 struct FilesInUse {
     var reading: [FileID: Int] = [:]
     var writing: [FileID: Int] = [:]
+    /// Destinations that did not exist when their copy started, by name without `.` components: such a
+    /// copy has no file to count until it has made one, and another operand may name that file as it is
+    /// being written, as a destination spelled otherwise (`e/./d` for `e/d`, from a source `s/.`) or as a
+    /// source. Two copies into one new file wrote it at once, and it came out a mix of both (helper-34).
+    var creating: [PathName: Int] = [:]
 
-    private func conflicts(reading source: FileID, writing destination: FileID?) -> Bool {
-        if writing[source] != nil { return true }
-        guard let destination else { return false }
+    private func conflicts(_ copy: FileInUse) -> Bool {
+        if writing[copy.reading] != nil || creating[copy.readingName] != nil || creating[copy.writingName] != nil {
+            return true
+        }
+        guard let destination = copy.writing else { return false }
         return writing[destination] != nil || reading[destination] != nil
     }
 
     /// Adds a copy's files, unless they conflict with a copy under way; whether they were added.
-    mutating func add(reading source: FileID, writing destination: FileID?) -> Bool {
-        if conflicts(reading: source, writing: destination) { return false }
-        reading[source, default: 0] += 1
-        if let destination { writing[destination, default: 0] += 1 }
+    mutating func add(_ copy: FileInUse) -> Bool {
+        if conflicts(copy) { return false }
+        reading[copy.reading, default: 0] += 1
+        if let destination = copy.writing {
+            writing[destination, default: 0] += 1
+        } else {
+            creating[copy.writingName, default: 0] += 1
+        }
         return true
     }
 
-    mutating func remove(reading source: FileID, writing destination: FileID?) {
-        Self.decrement(&reading, source)
-        if let destination { Self.decrement(&writing, destination) }
+    mutating func remove(_ copy: FileInUse) {
+        Self.decrement(&reading, copy.reading)
+        if let destination = copy.writing {
+            Self.decrement(&writing, destination)
+        } else {
+            Self.decrement(&creating, copy.writingName)
+        }
     }
 
-    private static func decrement(_ counts: inout [FileID: Int], _ id: FileID) {
-        if counts[id] == 1 { counts[id] = nil } else { counts[id, default: 0] -= 1 }
+    /// Whether a copy under way reads or writes `file`.
+    func isUsed(_ file: FileID) -> Bool { reading[file] != nil || writing[file] != nil }
+
+    private static func decrement<Key: Hashable>(_ counts: inout [Key: Int], _ key: Key) {
+        if counts[key] == 1 { counts[key] = nil } else { counts[key, default: 0] -= 1 }
     }
+}
+
+/// What one copy reads and writes, for ``FilesInUse``: the source's file and the destination's when it
+/// exists, and both names without `.` components.
+struct FileInUse {
+    let reading: FileID
+    let writing: FileID?
+    let readingName: PathName
+    let writingName: PathName
 }
 
 /// A command-line source as cp tells two apart: the file, its last component and its directory.
@@ -280,9 +307,8 @@ struct PendingFile {
     let destinationIsNew: Bool
     /// Its place among the messages, taken when the walk reached it.
     let place: Int
-    /// The source's file, and the destination's when it already exists (see ``FilesInUse``).
-    let reading: FileID
-    let writing: FileID?
+    /// The files it reads and writes (see ``FilesInUse``).
+    let inUse: FileInUse
 }
 
 extension PathName {
@@ -679,6 +705,11 @@ final class Copier: @unchecked Sendable {
     )
         -> Bool?
     {
+        // A copy under way that makes this name, or reads or writes the file there, ends first, as in cp's
+        // order: the name replaced meanwhile made its source a FIFO, whose open then waited for a writer
+        // for ever, or its exclusive create failed (helper-34).
+        let name = destination.withoutDotComponents
+        if inUse.withLock({ $0.creating[name] != nil }) { running.wait() }
         if create() { return true }
         guard errno == EEXIST else { return false }
         var existing = stat()
@@ -694,6 +725,7 @@ final class Copier: @unchecked Sendable {
             fail("cannot overwrite directory \(destination.quoted) with non-directory")
             return nil
         }
+        if inUse.withLock({ $0.isUsed(FileID(existing)) }) { running.wait() }
         if unlink(destination.cString) != 0 {
             fail("cannot remove \(destination.quoted)", Errno(rawValue: errno))
             return nil
@@ -783,12 +815,23 @@ final class Copier: @unchecked Sendable {
         destinationIsNew: Bool,
         sourceFile: FileID
     ) {
-        var existing = stat()
-        let destinationFile = !destinationIsNew && stat(destination.cString, &existing) == 0 ? FileID(existing) : nil
-        if !inUse.withLock({ $0.add(reading: sourceFile, writing: destinationFile) }) {
+        func currentFiles() -> FileInUse {
+            var existing = stat()
+            let destinationFile =
+                !destinationIsNew && stat(destination.cString, &existing) == 0 ? FileID(existing) : nil
+            return FileInUse(
+                reading: sourceFile,
+                writing: destinationFile,
+                readingName: source.withoutDotComponents,
+                writingName: destination.withoutDotComponents
+            )
+        }
+        var inUse = currentFiles()
+        if !self.inUse.withLock({ $0.add(inUse) }) {
             running.wait()
-            // Every copy has ended: nothing is in use.
-            _ = inUse.withLock { $0.add(reading: sourceFile, writing: destinationFile) }
+            // Every copy has ended: nothing is in use, and the destination may have been made meanwhile.
+            inUse = currentFiles()
+            _ = self.inUse.withLock { $0.add(inUse) }
         }
         running.enter()
         // Its messages come out in walking order, as cp's do, although the copies overlap.
@@ -798,8 +841,7 @@ final class Copier: @unchecked Sendable {
             location: location,
             destinationIsNew: destinationIsNew,
             place: messages.reserve(),
-            reading: sourceFile,
-            writing: destinationFile
+            inUse: inUse
         )
         let (startNow, mustWait) = files.withLock { backlog -> (Bool, Bool) in
             if backlog.running < Limits.files {
@@ -823,7 +865,7 @@ final class Copier: @unchecked Sendable {
             destinationIsNew: file.destinationIsNew,
             place: file.place
         ) { [self] in
-            inUse.withLock { $0.remove(reading: file.reading, writing: file.writing) }
+            inUse.withLock { $0.remove(file.inUse) }
             fileEnded()
         }.start()
     }
