@@ -371,8 +371,15 @@ final class Copier: @unchecked Sendable {
     /// Directories made writable by their owner while being filled (without `-p`), and their final mode.
     private var directoriesToRestrict: [(path: PathName, mode: mode_t)] = []
 
+    /// The process's umask, read once before any copy runs: reading it means setting it, and a file made
+    /// on another thread in between would get the wrong mode.
+    private let umaskAtStart: mode_t
+
     init(options: Options, showProgress: Bool, outputWasClosed: Bool = false) {
         self.options = options
+        let mask = umask(0)
+        umask(mask)
+        umaskAtStart = mask
         messages = Messages(outputWasClosed: outputWasClosed, clearingProgress: showProgress)
         let messages = self.messages
         meter = showProgress ? ProgressMeter(drawing: { messages.onPrinter($0) }) : nil
@@ -617,21 +624,27 @@ final class Copier: @unchecked Sendable {
         } else {
             // cp creates the directory writable by its owner while it fills it, then gives it its mode.
             // All the mode bits, as cp passes them: mkdir keeps the sticky bit and drops set-user-ID and
-            // set-group-ID (a directory inherits its parent's set-group-ID).
-            if mkdir(destination.cString, (info.st_mode & 0o7777) | S_IRWXU) != 0 {
+            // set-group-ID (a directory inherits its parent's set-group-ID). Less what cp leaves out until
+            // the end: the group's and others' write (with -p, all their bits, until the owner is set).
+            // Where the parent has a default ACL the kernel applies no umask, and a directory made with them
+            // let its group write where cp's did not (helper-34).
+            let omitted: mode_t = options.preserve ? S_IRWXG | S_IRWXO : S_IWGRP | S_IWOTH
+            if mkdir(destination.cString, ((info.st_mode & 0o7777) | S_IRWXU) & ~omitted) != 0 {
                 fail("cannot create directory \(destination.quoted)", Errno(rawValue: errno))
                 return
             }
             made = true
-            // A directory made in a set-group-ID one inherits the bit, and cp -p leaves it on: the
-            // directory's files then keep taking its group.
-            var new = stat()
-            if options.preserve && lstat(destination.cString, &new) == 0 { inherited = new.st_mode & S_ISGID }
             announce(source, destination)
-            if !options.preserve && info.st_mode & S_IRWXU != S_IRWXU {
-                let mask = umask(0)
-                umask(mask)
-                directoriesToRestrict.append((destination, info.st_mode & 0o1777 & ~mask))
+            let restricted = info.st_mode & S_IRWXU != S_IRWXU
+            let writableByOthers = info.st_mode & omitted & ~umaskAtStart != 0
+            if options.preserve || restricted || writableByOthers {
+                // A directory made in a set-group-ID one inherits the bit, and cp's last chmod leaves it on:
+                // the directory's files then keep taking its group. (A chmod without it cleared it.)
+                var new = stat()
+                if lstat(destination.cString, &new) == 0 { inherited = new.st_mode & S_ISGID }
+            }
+            if !options.preserve && (restricted || writableByOthers) {
+                directoriesToRestrict.append((destination, info.st_mode & 0o1777 & ~umaskAtStart | inherited))
             }
         }
         if Limits.serialWalk { running.wait() }

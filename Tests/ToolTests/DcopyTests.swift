@@ -662,6 +662,26 @@ struct DcopyTests {
         }
     }
 
+    // New directories get the mode cp gives them (helper-34): one without its owner's write, made in a
+    // set-group-ID directory, keeps the bit it inherits (dcopy's last chmod cleared it: 550 where cp gives
+    // 2550); and under a parent with a default ACL, where the kernel applies no umask, the group's and
+    // others' write come only where the umask allows them, as cp adds them (dcopy's mkdir gave them, and
+    // the ACL's mask let the group write).
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/setfacl")))
+    func newDirectoriesModesUnderASetGroupIDParentAndADefaultACL() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir -p g src/x src/y w d && chmod 2775 g && chmod 550 src/x && chmod 1555 src/y && "
+                    + "chmod 775 w && setfacl -d -m u:65534:rw- d",
+                "%cp -r src/x src/y g; (umask 022; %cp -r w d/a); (umask 002; %cp -r w d/b); chmod -R u+w g",
+                check: "stat -c '%n %a' g/x g/y d/a d/b; getfacl -pn d/a d/b | grep mask"
+            )
+            #expect(result.theirsCheck.text.hasPrefix("g/x 2750\ng/y 3755\nd/a 755\nd/b 775\n"))
+            expectSame(result)
+        }
+    }
+
     // -p on a directory that cannot be read: its copy is still made and still gets its mode (000), as
     // cp gives it (dcopy left it 700, the mode it fills directories with).
     @Test func preservingAnUnreadableDirectoryAsUnprivilegedUser() throws {
