@@ -904,6 +904,17 @@ struct EngineTests {
         )
     }
 
+    /// A POSIX engine and a new file open for reading and writing, for `body`.
+    private func withFileOnThePOSIXEngine(_ body: (IOEngine, CInt) async throws -> Void) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        try await withEngine(.posix) { engine in
+            let fd = openFile(dir.file("f"))
+            defer { close(fd) }
+            try await body(engine, fd)
+        }
+    }
+
     /// The byte that fills `length` bytes of `fd` at `offset`, or nil when they are not all one byte.
     private func holds(_ fd: CInt, at offset: Int, length: Int) -> UInt8? {
         let into = Buffer(count: length)
@@ -917,11 +928,7 @@ struct EngineTests {
     /// times: the last write submitted must be the one that stays. The pool's four threads ran them at once
     /// before, and the round's last write to run was any of the last few.
     @Test func aRegularFilesWritesRunInTheOrderTheyWereSubmitted() async throws {
-        let dir = TemporaryDirectory()
-        defer { dir.cleanup() }
-        try await withEngine(.posix) { engine in
-            let fd = openFile(dir.file("f"))
-            defer { close(fd) }
+        try await withFileOnThePOSIXEngine { engine, fd in
             let length = 256 << 10
             for round in 0..<20 {
                 let writes = submitWrites(engine, fd: fd, count: 16, length: length, offset: { _ in 0 }) {
@@ -939,11 +946,7 @@ struct EngineTests {
     /// A write cancelled while it waits for its file's earlier writes leaves the queue and completes with
     /// ECANCELED, once; the writes after it, and a write submitted afterwards, still run.
     @Test func aWriteCancelledWhileItWaitsForItsFilesEarlierWrites() async throws {
-        let dir = TemporaryDirectory()
-        defer { dir.cleanup() }
-        try await withEngine(.posix) { engine in
-            let fd = openFile(dir.file("f"))
-            defer { close(fd) }
+        try await withFileOnThePOSIXEngine { engine, fd in
             let length = 4 << 20
             let count = 16
             let writes = submitWrites(engine, fd: fd, count: count, length: length, offset: { Int64($0 * length) }) {
