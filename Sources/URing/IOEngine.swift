@@ -167,8 +167,8 @@ package final class IOEngine: Sendable {
     package func shutdown() { backend.shutdown() }
 
     /// The number of descriptors the engine itself holds open: on io_uring the ring's before Linux 6.3 and
-    /// an eventfd before 6.8, none after; on the POSIX engine epoll, eventfd and timerfd (none while it
-    /// could not have them). 0 after ``shutdown()``. Waits for a new io_uring engine's thread to start: it
+    /// an eventfd before 6.8, none after; on the POSIX engine epoll, eventfd and timerfd once something
+    /// has waited (none before, and none under a descriptor limit below 64). 0 after ``shutdown()``. Waits for a new io_uring engine's thread to start: it
     /// closes the ring's descriptor.
     package var ownDescriptorCount: Int { backend.ownDescriptorCount }
 

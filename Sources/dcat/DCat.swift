@@ -212,6 +212,21 @@ final class Concatenator: @unchecked Sendable {
         for _ in 0..<windows { credits.signal() }
     }
 
+    /// Opens `path` for reading; -1 with `errno` set when it cannot. Files read ahead hold descriptors:
+    /// while the process's limit leaves none, it waits for one of them to close, keeps its place (the run
+    /// holds one file fewer from then on), and tries again.
+    private func open(_ path: PathName, _ files: FileRun) -> CInt {
+        var opened = path.withCString { Glibc.open($0, O_RDONLY | O_CLOEXEC) }
+        while opened < 0 && (errno == EMFILE || errno == ENFILE) {
+            let waited = files.giveUpAPlace()
+            // Once more even when no file of the run held a descriptor: the last one may have closed
+            // between the failed open and the look.
+            opened = path.withCString { Glibc.open($0, O_RDONLY | O_CLOEXEC) }
+            if !waited { break }
+        }
+        return opened
+    }
+
     /// Copies one operand. A regular file joins `files`, which reads it while earlier ones are still being
     /// read or written; anything else (standard input that is not a regular file, a pipe, a terminal, a
     /// device, a directory) waits until everything before it is written, and is copied on its own.
@@ -227,21 +242,12 @@ final class Concatenator: @unchecked Sendable {
         } else {
             // Opening moves no file data: a plain open gives cat's errors (ENOENT, EACCES) at once.
             files.reserveDescriptor()
-            var opened = path.withCString { open($0, O_RDONLY | O_CLOEXEC) }
-            // Files read ahead hold descriptors: while the process's limit leaves none, wait for one of them
-            // to close, keep its place (the run holds one file fewer from then on), and try again.
-            while opened < 0 && (errno == EMFILE || errno == ENFILE) {
-                let waited = files.giveUpAPlace()
-                // Once more even when no file of the run held a descriptor: the last one may have closed
-                // between the failed open and the look.
-                opened = path.withCString { open($0, O_RDONLY | O_CLOEXEC) }
-                if !waited { break }
-            }
+            var opened = open(path, files)
             if opened < 0 {
                 // cat opens a file at its turn, once everything before it is written: a file made, or made
                 // readable, meanwhile is read. So the error reported is the one an open gets at that turn.
                 files.drain()
-                opened = path.withCString { open($0, O_RDONLY | O_CLOEXEC) }
+                opened = open(path, files)
             }
             if opened < 0 {
                 let error = Errno(rawValue: errno)

@@ -611,6 +611,10 @@ final class Copier: @unchecked Sendable {
         var existing = stat()
         var made = false
         var inherited: mode_t = 0
+        // A copy under way that makes this name as a file (spelled otherwise: `e/./d` for `e/d`) ends
+        // first, as in cp's order; the mkdir raced its exclusive create, and the message depended on which
+        // came first.
+        if inUse.withLock({ $0.creating[destination.withoutDotComponents] != nil }) { running.wait() }
         if lstat(destination.cString, &existing) == 0 {
             if existing.st_mode & S_IFMT != S_IFDIR {
                 fail("cannot overwrite non-directory \(destination.quoted) with directory \(source.quoted)")

@@ -18,10 +18,10 @@ import Glibc
 /// order they were submitted (`writeLanes`), as on io_uring.
 ///
 /// The reactor (an epoll, an eventfd and a timerfd) is made at the first wait, so a process that never
-/// waits (regular files only) leaves its three descriptors free. Where it cannot be made (`ulimit -n 4`),
-/// each wait tries again, and meanwhile a pool thread waits itself, in `poll`, a slice at a time
-/// (`waitWithoutReactor`); timeouts are kept by a thread that waits on a condition variable, which needs
-/// no descriptor.
+/// waits (regular files only) leaves its three descriptors free, and under a descriptor limit below 64 it
+/// is not made at all. Where there is none, a pool thread waits itself, in `poll`, a slice at a time
+/// (`waitWithoutReactor`), and timeouts are kept by a thread that waits on a condition variable, which
+/// needs no descriptor; a wait where it could not be made (descriptors ran out) tries again.
 final class POSIXBackend: EngineBackend, @unchecked Sendable {
     static let poolSize = 4
     private static let wakeKey: UInt64 = 1 << 63
@@ -66,7 +66,13 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     private let reactorAllowed: Bool
 
     init(reactorAllowed: Bool = true) {
-        self.reactorAllowed = reactorAllowed
+        // Under a descriptor limit below 64 the reactor is not made at all: once made it keeps its three for
+        // good, and a process that low needs every one for its files (at `ulimit -n 6`, dcat read standard
+        // input, which made the reactor, and could then open no file). The waits are the pool threads'
+        // own there. (The io_uring engine draws the same line for waiting on its thread's start.)
+        var limit = rlimit()
+        let scarce = getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 && limit.rlim_cur < 64
+        self.reactorAllowed = reactorAllowed && !scarce
         workAvailable = .allocate(capacity: 1)
         workAvailable.initialize(to: pthread_cond_t())
         pthread_cond_init(workAvailable, nil)
@@ -529,19 +535,27 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     private func waitWithoutReactor(_ request: Request, fd: CInt, events: UInt32) {
         var pfd = pollfd(fd: fd, events: Int16(truncatingIfNeeded: events), revents: 0)
         let ready = Glibc.poll(&pfd, 1, Self.waitSlice) > 0
-        let cancelled = lock.withLock { () -> Bool in
+        let isPoll: Bool
+        if case .pollAdd = request.op { isPoll = true } else { isPoll = false }
+        enum Next { case cancelled, completePoll, queued }
+        // A transfer goes back to the run queue in the same hold of the lock that takes it out of `running`:
+        // between two, a cancel would find it nowhere (ENOENT) and be lost.
+        let next = lock.withLock { () -> Next in
             running[request.id] = nil
-            if request.cancelRequested || stopping { return true }
-            if !ready {
-                runQueue.push(request)
-                pthread_cond_signal(workAvailable)
+            if request.cancelRequested || stopping { return .cancelled }
+            if ready && isPoll { return .completePoll }
+            if ready {
+                request.readinessEvents = 0
+                request.readyHint = true
             }
-            return false
+            runQueue.push(request)
+            pthread_cond_signal(workAvailable)
+            return .queued
         }
-        if cancelled {
-            request.handler(IOCompletion(result: request.progress, error: .canceled))
-        } else if ready {
-            becameReady(request, revents: UInt32(UInt16(bitPattern: pfd.revents)))
+        switch next {
+        case .cancelled: request.handler(IOCompletion(result: request.progress, error: .canceled))
+        case .completePoll: request.handler(IOCompletion(result: Int(UInt16(bitPattern: pfd.revents))))
+        case .queued: break
         }
     }
 
