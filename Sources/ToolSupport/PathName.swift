@@ -31,6 +31,12 @@ package struct PathName: Sendable, Hashable, ExpressibleByStringLiteral {
         self.storage = storage
     }
 
+    /// The bytes in one go: an array's own hash takes them one element at a time, and paths are dictionary
+    /// keys on dcopy's walk.
+    package func hash(into hasher: inout Hasher) {
+        storage.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+
     /// The bytes with a terminating NUL, for a system call's path argument (an array passed as an
     /// `UnsafePointer<CChar>` argument is passed without a copy).
     package var cString: [CChar] { storage }

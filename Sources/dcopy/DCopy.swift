@@ -241,9 +241,8 @@ struct FilesInUse {
     var creating: [PathName: Int] = [:]
 
     private func conflicts(_ copy: FileInUse) -> Bool {
-        if writing[copy.reading] != nil || creating[copy.readingName] != nil || creating[copy.writingName] != nil {
-            return true
-        }
+        if writing[copy.reading] != nil { return true }
+        if let names = copy.names, creating[names.reading] != nil || creating[names.writing] != nil { return true }
         guard let destination = copy.writing else { return false }
         return writing[destination] != nil || reading[destination] != nil
     }
@@ -254,8 +253,8 @@ struct FilesInUse {
         reading[copy.reading, default: 0] += 1
         if let destination = copy.writing {
             writing[destination, default: 0] += 1
-        } else {
-            creating[copy.writingName, default: 0] += 1
+        } else if let names = copy.names {
+            creating[names.writing, default: 0] += 1
         }
         return true
     }
@@ -264,8 +263,8 @@ struct FilesInUse {
         Self.decrement(&reading, copy.reading)
         if let destination = copy.writing {
             Self.decrement(&writing, destination)
-        } else {
-            Self.decrement(&creating, copy.writingName)
+        } else if let names = copy.names {
+            Self.decrement(&creating, names.writing)
         }
     }
 
@@ -278,12 +277,11 @@ struct FilesInUse {
 }
 
 /// What one copy reads and writes, for ``FilesInUse``: the source's file and the destination's when it
-/// exists, and both names without `.` components.
+/// exists, and, where two operands can name one file differently, both names without `.` components.
 struct FileInUse {
     let reading: FileID
     let writing: FileID?
-    let readingName: PathName
-    let writingName: PathName
+    let names: (reading: PathName, writing: PathName)?
 }
 
 /// A command-line source as cp tells two apart: the file, its last component and its directory.
@@ -371,6 +369,9 @@ final class Copier: @unchecked Sendable {
     /// Directories made writable by their owner while being filled (without `-p`), and their final mode.
     private var directoriesToRestrict: [(path: PathName, mode: mode_t)] = []
 
+    /// Whether ``FilesInUse`` counts the names of destinations still to be made: with two sources or more,
+    /// where one can name another's copy otherwise. Set before the walk, then read by the walker alone.
+    private var tracksNames = false
     /// The process's umask, read once before any copy runs: reading it means setting it, and a file made
     /// on another thread in between would get the wrong mode.
     private let umaskAtStart: mode_t
@@ -421,6 +422,18 @@ final class Copier: @unchecked Sendable {
         }
         if sources.count >= 2 {
             commandLine = CommandLineSources()
+            // One source's copies have one name each. Another may name one of them otherwise, where a
+            // source's last component is `.` or `..` (`s/.` gives `e/./d` where `t/d` gives `e/d`), or read
+            // it as it is made, where a source lies in the target. Counting names cost `dcopy -r` of ten
+            // trees 8 % of its time (367 against 341 ms, 25 rounds in turn), so only then.
+            let target = target.resolved
+            tracksNames = sources.contains { source in
+                let last = source.lastComponent
+                if last == "." || last == ".." { return true }
+                // A source not there yet may be made by an earlier one's copy.
+                guard let target, let resolved = source.resolved else { return true }
+                return resolved.isWithin(target)
+            }
         }
         for source in sources {
             // A source ending in `..` is copied into the target itself, as by cp (`DIR/.`), never into
@@ -435,6 +448,13 @@ final class Copier: @unchecked Sendable {
         for (path, source, info, kept) in directoriesToFinish {
             setMetadata(path: path, source: source, info: info, isLink: false, keeping: kept)
         }
+    }
+
+    /// Whether a copy under way makes `destination`, named perhaps otherwise. Walker only.
+    private func isBeingMade(_ destination: PathName) -> Bool {
+        guard tracksNames else { return false }
+        let name = destination.withoutDotComponents
+        return inUse.withLock { $0.creating[name] != nil }
     }
 
     /// The queue for the next file, round robin.
@@ -491,6 +511,9 @@ final class Copier: @unchecked Sendable {
         topLevel: Bool,
         destinationIsNew: Bool = false
     ) {
+        // A source in the target that an earlier source's copy is making is there once that copy ends, as
+        // cp's order has it (`dcopy -r t/y e/y/x e` said `cannot stat 'e/y/x'`).
+        if topLevel && isBeingMade(source) { running.wait() }
         var info = stat()
         // With -r, links are copied as links (cp's -P default for -R); without it they are followed.
         let rc = options.recursive ? lstat(source.cString, &info) : stat(source.cString, &info)
@@ -614,7 +637,7 @@ final class Copier: @unchecked Sendable {
         // A copy under way that makes this name as a file (spelled otherwise: `e/./d` for `e/d`) ends
         // first, as in cp's order; the mkdir raced its exclusive create, and the message depended on which
         // came first.
-        if inUse.withLock({ $0.creating[destination.withoutDotComponents] != nil }) { running.wait() }
+        if isBeingMade(destination) { running.wait() }
         if lstat(destination.cString, &existing) == 0 {
             if existing.st_mode & S_IFMT != S_IFDIR {
                 fail("cannot overwrite non-directory \(destination.quoted) with directory \(source.quoted)")
@@ -725,8 +748,7 @@ final class Copier: @unchecked Sendable {
         // A copy under way that makes this name, or reads or writes the file there, ends first, as in cp's
         // order: the name replaced meanwhile made its source a FIFO, whose open then waited for a writer
         // for ever, or its exclusive create failed (helper-34).
-        let name = destination.withoutDotComponents
-        if inUse.withLock({ $0.creating[name] != nil }) { running.wait() }
+        if isBeingMade(destination) { running.wait() }
         if create() { return true }
         guard errno == EEXIST else { return false }
         var existing = stat()
@@ -839,8 +861,7 @@ final class Copier: @unchecked Sendable {
             return FileInUse(
                 reading: sourceFile,
                 writing: destinationFile,
-                readingName: source.withoutDotComponents,
-                writingName: destination.withoutDotComponents
+                names: tracksNames ? (source.withoutDotComponents, destination.withoutDotComponents) : nil
             )
         }
         var inUse = currentFiles()
