@@ -215,13 +215,13 @@ final class Concatenator: @unchecked Sendable {
     /// Opens `path` for reading; -1 with `errno` set when it cannot. Files read ahead hold descriptors:
     /// while the process's limit leaves none, it waits for one of them to close, keeps its place (the run
     /// holds one file fewer from then on), and tries again.
-    private func open(_ path: PathName, _ files: FileRun) -> CInt {
-        var opened = path.withCString { Glibc.open($0, O_RDONLY | O_CLOEXEC) }
+    private func openInput(_ path: PathName, _ files: FileRun) -> CInt {
+        var opened = path.withCString { open($0, O_RDONLY | O_CLOEXEC) }
         while opened < 0 && (errno == EMFILE || errno == ENFILE) {
             let waited = files.giveUpAPlace()
             // Once more even when no file of the run held a descriptor: the last one may have closed
             // between the failed open and the look.
-            opened = path.withCString { Glibc.open($0, O_RDONLY | O_CLOEXEC) }
+            opened = path.withCString { open($0, O_RDONLY | O_CLOEXEC) }
             if !waited { break }
         }
         return opened
@@ -242,12 +242,12 @@ final class Concatenator: @unchecked Sendable {
         } else {
             // Opening moves no file data: a plain open gives cat's errors (ENOENT, EACCES) at once.
             files.reserveDescriptor()
-            var opened = open(path, files)
+            var opened = openInput(path, files)
             if opened < 0 {
                 // cat opens a file at its turn, once everything before it is written: a file made, or made
                 // readable, meanwhile is read. So the error reported is the one an open gets at that turn.
                 files.drain()
-                opened = open(path, files)
+                opened = openInput(path, files)
             }
             if opened < 0 {
                 let error = Errno(rawValue: errno)

@@ -198,13 +198,9 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         // submitting thread does not wait for one.
         let flags = IOEngine.emptyPathFlag | dontSyncFlag
         guard callStatx(fd, "", flags, UInt32(STATX_TYPE | STATX_INO), &info) == 0 else { return (.undecided, nil) }
-        switch mode_t(info.stx_mode) & S_IFMT {
-        case S_IFREG:
-            let file = FileIdentity(major: info.stx_dev_major, minor: info.stx_dev_minor, inode: info.stx_ino)
-            return (.blocking, file)
-        case S_IFBLK: return (.blocking, nil)
-        default: return (.noWait, nil)
-        }
+        let type = mode_t(info.stx_mode) & S_IFMT
+        guard type == S_IFREG else { return (TransferMode(type: type), nil) }
+        return (.blocking, FileIdentity(major: info.stx_dev_major, minor: info.stx_dev_minor, inode: info.stx_ino))
     }
 
     /// `AT_STATX_DONT_SYNC`.
@@ -397,6 +393,9 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         case noWait  // RWF_NOWAIT, then readiness
         case pollFirst  // no RWF_NOWAIT support: poll without waiting, then a blocking call
         case nonBlocking  // no RWF_NOWAIT support, but the descriptor is O_NONBLOCK: its own call, then readiness
+
+        /// How a file of `type` (`S_IFMT` bits) is first tried.
+        init(type: mode_t) { self = type == S_IFREG || type == S_IFBLK ? .blocking : .noWait }
     }
 
     /// One read or write system call for the current piece of `request`, as a count or a negated errno;
@@ -407,8 +406,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         if mode == .undecided {
             var st = stat()
             guard fstat(fd, &st) == 0 else { return -Int(errno) }
-            let type = st.st_mode & S_IFMT
-            mode = type == S_IFREG || type == S_IFBLK ? .blocking : .noWait
+            mode = TransferMode(type: st.st_mode & S_IFMT)
         }
         defer { request.transferMode = mode.rawValue }
         let isWrite: Bool
@@ -504,10 +502,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                 } else if stopping {
                     failure = ECANCELED
                 } else {
-                    request.readinessEvents = 0
-                    request.readyHint = true
-                    runQueue.push(request)
-                    pthread_cond_signal(workAvailable)
+                    requeueReady(request)
                 }
                 return
             }
@@ -545,11 +540,11 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             if request.cancelRequested || stopping { return .cancelled }
             if ready && isPoll { return .completePoll }
             if ready {
-                request.readinessEvents = 0
-                request.readyHint = true
+                requeueReady(request)
+            } else {
+                runQueue.push(request)
+                pthread_cond_signal(workAvailable)
             }
-            runQueue.push(request)
-            pthread_cond_signal(workAvailable)
             return .queued
         }
         switch next {
@@ -568,15 +563,21 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             request.handler(IOCompletion(result: Int(revents)))
             return
         }
-        request.readinessEvents = 0
-        request.readyHint = true
         let accepted = lock.withLock { () -> Bool in
             if stopping { return false }
-            runQueue.push(request)
-            pthread_cond_signal(workAvailable)
+            requeueReady(request)
             return true
         }
         if !accepted { request.handler(IOCompletion(result: request.progress, error: .canceled)) }
+    }
+
+    /// Sends a transfer whose descriptor is ready back to the run queue, to try its system call at once
+    /// (no poll first). Lock held.
+    private func requeueReady(_ request: Request) {
+        request.readinessEvents = 0
+        request.readyHint = true
+        runQueue.push(request)
+        pthread_cond_signal(workAvailable)
     }
 
     private func reactorLoop(epoll epollFD: CInt, wake wakeFD: CInt, timer timerFD: CInt) {
@@ -626,10 +627,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                     } else if stopping {
                         ready.append((request, 0))
                     } else {
-                        request.readinessEvents = 0
-                        request.readyHint = true
-                        runQueue.push(request)
-                        pthread_cond_signal(workAvailable)
+                        requeueReady(request)
                     }
                 } else {
                     rest.append(id)
