@@ -66,12 +66,25 @@ extension DispatchDataBuffer {
         @inlinable
         public var endIndex: Int { segments.count }
 
-        /// The region at `position`; traps if there is no such region.
+        /// The region at `position`; traps with a message if there is no such region (A17).
         ///
         /// - Parameter position: A position in `startIndex ..< endIndex`.
         @inlinable
         public subscript(position: Int) -> Region {
-            Region(list: segments.list, segment: segments[position])
+            let count = segments.count
+            if _slowPath(position < 0 || position >= count) { Self.indexOutOfRange(position, count) }
+            return Region(list: segments.list, segment: segments[position])
+        }
+
+        /// Stops the process for a position outside `0 ..< count` (A17).
+        @usableFromInline
+        @inline(never)
+        static func indexOutOfRange(_ position: Int, _ count: Int) -> Never {
+            misuse(
+                "DispatchDataBuffer.regions: position \(position) is out of range 0..<\(count)",
+                file: #fileID,
+                line: #line
+            )
         }
     }
 

@@ -34,8 +34,8 @@ import Musl
 ///   what was asked, naming the misuse (A17).
 /// - Creating a buffer from a `nil` address or zero bytes gives ``empty`` (A5).
 ///
-/// Traps stop the process with a message that names the misuse, in optimised builds too (see `require`), except the
-/// subscript's index check, which an optimised build makes a bare trap; none touches memory outside the buffer.
+/// Traps stop the process with a message that names the misuse, in optimised builds too (see `require`); none
+/// touches memory outside the buffer.
 public struct DispatchDataBuffer: Sendable {
     /// The regions, in order, with running logical offsets. Empty for the empty buffer; never holds an empty segment.
     @usableFromInline

@@ -77,3 +77,9 @@ extension DispatchDataBuffer {
     /// The bytes of each region, as strings.
     var regionStrings: [String] { regions.map { String(decoding: $0.bytes, as: UTF8.self) } }
 }
+
+/// Checks that an exit test's standard error holds `fragment`: a trap's message names the misuse (A17).
+func expectMessage(_ result: ExitTest.Result?, _ fragment: String, sourceLocation: SourceLocation = #_sourceLocation) {
+    let text = result.map { String(decoding: $0.standardErrorContent, as: UTF8.self) } ?? ""
+    #expect(text.contains(fragment), "standard error was: \(text.prefix(1_000))", sourceLocation: sourceLocation)
+}
