@@ -25,7 +25,7 @@ extension IOChannel {
     ///   - destination: The file to create, resolved against `destinationDirectory` when relative.
     ///   - destinationDirectory: As `sourceDirectory`, for `destination`.
     ///   - flags: How to open the destination (`O_WRONLY | O_CREAT | O_EXCL` for a new file).
-    ///   - size: The source's size from its `statx`, 1 through ``smallFileLimit``. A source that no longer
+    ///   - size: The source's size from its `statx`, 0 through ``smallFileLimit``. A source that no longer
     ///     has this size is reported as `.incomplete`, and one the engine could not take as `.notStarted`:
     ///     both must be copied again through channels.
     ///   - keepOpen: Leave both files open when the copy succeeds (`.copiedOpen`), for the caller to set

@@ -426,7 +426,9 @@ package final class IOEngine: Sendable {
     ///   - destinationDirectory: As `sourceDirectory`, for `destination`.
     ///   - flags: How to open the destination, for example `O_WRONLY | O_CREAT | O_EXCL`. `O_CLOEXEC` is
     ///     added to ordinary descriptors, and left out of registered ones (which refuse it).
-    ///   - length: Bytes to copy, 1 through ``wholeFileCopyLimit``.
+    ///   - length: Bytes to copy, 0 through ``wholeFileCopyLimit``. With 0 nothing is transferred: the
+    ///     destination is made, and the probe past the end is a read at offset 0, so that a file whose size
+    ///     says 0 but that holds bytes (a /proc file, or one written since) is ``FileCopyOutcome/incomplete``.
     ///   - keepOpen: Leave both files open when the copy succeeds (``FileCopyOutcome/copiedOpen(source:destination:)``),
     ///     for the caller to finish (`fchown`, `fchmod`, `futimens`) and close. On io_uring the chain then
     ///     turns its registered descriptors into ordinary ones (Linux 6.8); an older kernel's engine answers
@@ -442,8 +444,8 @@ package final class IOEngine: Sendable {
         keepOpen: Bool = false,
         then handler: @escaping @Sendable (FileCopyOutcome) -> Void
     ) {
-        if length <= 0 || length > Self.wholeFileCopyLimit {
-            fatalError("IOEngine.copyFile: length \(length) is not 1...\(Self.wholeFileCopyLimit)")
+        if length < 0 || length > Self.wholeFileCopyLimit {
+            fatalError("IOEngine.copyFile: length \(length) is not 0...\(Self.wholeFileCopyLimit)")
         }
         let copy = LinkedCopy(
             source: CPath(source),
@@ -556,6 +558,7 @@ private final class StepwiseCopy: @unchecked Sendable {
                 return closeSource()
             }
             destinationFD = CInt(opened.result)
+            guard copy.length > 0 else { return probe() }
             engine.read(sourceFD, into: buffer, at: 0, keepAlive: self) { [self] read in
                 if let error = read.error {
                     outcome = .failed(.read, error)
@@ -572,16 +575,20 @@ private final class StepwiseCopy: @unchecked Sendable {
         engine.write(destinationFD, from: UnsafeRawBufferPointer(buffer), at: 0, keepAlive: self) { [self] wrote in
             if let error = wrote.error { outcome = .failed(.write, error) }
             guard outcome == .copied else { return closeSource() }
-            // One byte past the expected end tells whether the source grew since its size was taken.
-            let probe = UnsafeMutableRawBufferPointer(start: copy.probe, count: 1)
-            engine.read(sourceFD, into: probe, at: Int64(copy.length), keepAlive: self) { [self] extra in
-                if let error = extra.error {
-                    outcome = .failed(.read, error)
-                } else if extra.result != 0 {
-                    outcome = .incomplete
-                }
-                closeSource()
+            probe()
+        }
+    }
+
+    /// One byte past the expected end tells whether the source grew since its size was taken.
+    private func probe() {
+        let probe = UnsafeMutableRawBufferPointer(start: copy.probe, count: 1)
+        engine.read(sourceFD, into: probe, at: Int64(copy.length), keepAlive: self) { [self] extra in
+            if let error = extra.error {
+                outcome = .failed(.read, error)
+            } else if extra.result != 0 {
+                outcome = .incomplete
             }
+            closeSource()
         }
     }
 

@@ -172,8 +172,11 @@ final class FileCopy: @unchecked Sendable {
     /// Whether the file goes whole through one linked submission instead of two channels: a small
     /// regular file without holes and a destination to create. With `-p` the submission leaves both files
     /// open for `fchown`, the ACL, `fchmod` and `futimens` (where the engine cannot, it does not start).
+    /// An empty file goes this way too: through channels it took cp's time four times over (helper-37:
+    /// 10,000 empty files in 0.8 s against cp's 0.2). One whose size says 0 but that holds bytes (a /proc
+    /// file) comes back `.incomplete` and is read to its end through channels.
     private func copiesWhole(_ info: FileStatus) -> Bool {
-        info.isRegularFile && info.size > 0 && info.size <= IOChannel.smallFileLimit
+        info.isRegularFile && info.size >= 0 && info.size <= IOChannel.smallFileLimit
             && Int64(info.blocks) * 512 >= info.size
     }
 

@@ -45,6 +45,34 @@ struct CopyFileTests {
         }
     }
 
+    /// An empty file moves no bytes: the destination is made and the probe reads at offset 0, so a file
+    /// whose size says 0 but that holds bytes (a /proc file) is not copied as empty.
+    @Test(arguments: EngineKind.allCases)
+    func anEmptyFileIsMadeAndOneThatHoldsBytesIsIncomplete(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        writeFile(dir.file("empty"), [])
+        try await withEngine(kind) { engine in
+            let outcome = await copy(engine, dir.file("empty"), dir.file("copy"), length: 0, mode: 0o604)
+            #expect(outcome == .copied)
+            expectContent(dir.file("copy"), [])
+            var status = stat()
+            stat(dir.file("copy"), &status)
+            #expect(status.st_mode & 0o777 == 0o604 & ~currentUmask())
+            let generated = await copy(engine, "/proc/self/stat", dir.file("proc"), length: 0)
+            #expect(generated == .incomplete)
+            let kept = await copy(engine, dir.file("empty"), dir.file("kept"), length: 0, keepOpen: true)
+            if case .copiedOpen(let source, let destination) = kept {
+                close(source)
+                close(destination)
+            } else {
+                // Linked copies (5.19) that cannot install descriptors (before 6.8) leave it to the channels.
+                #expect(kind == .uring && !kernelIsAtLeast(6, 8) && kept == .notStarted, "outcome \(kept)")
+            }
+            try await waitForSlots(engine)
+        }
+    }
+
     @Test(arguments: EngineKind.allCases)
     func namesAreResolvedInTheGivenDirectories(kind: EngineKind) async throws {
         let dir = TemporaryDirectory()

@@ -723,7 +723,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         copy.lane = lane
         copyLanesInUse.add(1, ordering: .relaxed)
         let slot = lane * 4
-        if lanePipeSize[Int(lane)] == 0 {
+        // An empty file moves no bytes and needs no pipe.
+        if copy.length > 0 && lanePipeSize[Int(lane)] == 0 {
             lanePipeSize[Int(lane)] =
                 installPipe(at: slot + 2, size: lane < largeLaneCount ? Self.copyPipeSize : nil) ?? 0
         }
@@ -771,9 +772,13 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
                 destination
             )
         }
-        add(3, link | skip | fixed) { io_uring_prep_splice($0, CInt(source), 0, pipeWrite, -1, length, fixedInput) }
-        add(4, link | skip | fixed) {
-            io_uring_prep_splice($0, pipeRead, -1, CInt(destination), 0, length, fixedInput)
+        if length > 0 {
+            add(3, link | skip | fixed) {
+                io_uring_prep_splice($0, CInt(source), 0, pipeWrite, -1, length, fixedInput)
+            }
+            add(4, link | skip | fixed) {
+                io_uring_prep_splice($0, pipeRead, -1, CInt(destination), 0, length, fixedInput)
+            }
         }
         add(5, hardLink | fixed) { io_uring_prep_read($0, CInt(source), copy.probe, 1, UInt64(copy.length)) }
         // Kept open: each file gets an ordinary descriptor before its slot is closed (the descriptor holds
