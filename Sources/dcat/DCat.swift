@@ -152,7 +152,7 @@ final class Concatenator: @unchecked Sendable {
         // Standard output unusable from the start (a directory, say) fails the first write, which reports
         // it: with nothing to write, cat never learns, and neither does dcat.
         output = IOChannel(type: type, fileDescriptor: .standardOutput, queue: queue) { _ in }
-        Self.noteHowSIGPIPEEnds()
+        BrokenPipe.noteDisposition()
         // Writes report only their final call: progress calls would be noise here.
         output.setLimit(lowWater: Int.max)
     }
@@ -415,35 +415,12 @@ final class Concatenator: @unchecked Sendable {
         }
     }
 
-    /// Whether SIGPIPE ends this process, as it ends cat when a reader goes away: its action is the default
-    /// and the main thread does not block it. Read once at start, on the main thread: the engine's threads
-    /// block it, and a pool thread may have been started by one of them.
-    private static let sigpipeEnds = Atomic<Bool>(true)
-
-    private static func noteHowSIGPIPEEnds() {
-        var action = sigaction()
-        var blocked = sigset_t()
-        let ends =
-            sigaction(SIGPIPE, nil, &action) == 0 && action.__sigaction_handler.sa_handler == nil
-            && pthread_sigmask(SIG_BLOCK, nil, &blocked) == 0 && sigismember(&blocked, SIGPIPE) == 0
-        sigpipeEnds.store(ends, ordering: .relaxed)
-    }
-
     /// Standard output failed: a reader that went away ends the process quietly, as `cat` dies of
     /// `SIGPIPE`; any other error, and that one where SIGPIPE is ignored or blocked, is reported like cat's
     /// `write error` and ends the process with status 1.
     static func writeFailed(_ error: Errno) -> Never {
-        if error == .brokenPipe && sigpipeEnds.load(ordering: .relaxed) {
-            // The channel reports EPIPE instead of letting SIGPIPE kill the process; cat would have died of
-            // it, so die of it now (a shell shows status 141).
-            signal(SIGPIPE, SIG_DFL)
-            var set = sigset_t()
-            sigemptyset(&set)
-            sigaddset(&set, SIGPIPE)
-            pthread_sigmask(SIG_UNBLOCK, &set, nil)
-            raise(SIGPIPE)
-            _exit(128 + SIGPIPE)
-        }
+        // The channel reports EPIPE instead of letting SIGPIPE kill the process; cat would have died of it.
+        if error == .brokenPipe && BrokenPipe.endsTheProcess { BrokenPipe.end() }
         // The channel refuses a directory with EISDIR; a directory can only be open for reading, so cat's
         // write gets EBADF.
         printError("dcat: write error: \(describe(error == .isDirectory ? .badFileDescriptor : error))\n")

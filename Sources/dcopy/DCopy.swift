@@ -84,6 +84,7 @@ struct DCopy: ParsableCommand {
     private static func copy(recursive: Bool, preserve: Bool, verbose: Bool, progress: Bool) -> Never {
         // Before anything opens a descriptor (the engine opens its ring when the copier is made).
         let standard = StandardDescriptors.reserve()
+        BrokenPipe.noteDisposition()
         let options = Options(recursive: recursive, preserve: preserve, verbose: verbose)
         let copier = Copier(
             options: options,
@@ -391,8 +392,10 @@ final class Copier: @unchecked Sendable {
         copyAll(paths)
         // The bar's last state below every message.
         let outputFailure = messages.flush { meter?.finish() }
-        // cp reports a failed -v line once, at the end, as its standard output is closed.
+        // cp reports a failed -v line once, at the end, as its standard output is closed; a reader that
+        // went away ends it by SIGPIPE there (its lines wait in stdio's buffer until then).
         if let error = outputFailure {
+            if error == .brokenPipe && BrokenPipe.endsTheProcess { BrokenPipe.end() }
             printError("dcopy: write error: \(describe(error))\n")
             return 1
         }

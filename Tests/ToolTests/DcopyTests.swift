@@ -171,6 +171,26 @@ struct DcopyTests {
         }
     }
 
+    // -v into a pipe whose reader is gone (a FIFO left with no reader): cp dies of SIGPIPE as it flushes
+    // its lines, and reports "write error: Broken pipe" with status 1 where SIGPIPE is ignored. dcopy's
+    // engine threads block SIGPIPE, and a single copy's line, written there, ended in the message and
+    // status 1 whatever the disposition (helper-37).
+    @Test func verboseIntoAPipeWithoutReaderEndsBySIGPIPE() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "echo x > a",
+                """
+                mkfifo p; exec 3<>p 4>p 3<&-
+                %cp -v a b >&4; echo $?; (trap '' PIPE; %cp -v a c >&4; echo $?); %cp -rv $FIX/tree t >&4; echo $?; rm p
+                """,
+                check: Self.listing
+            )
+            #expect(result.ours.text == "141\n1\n141\n")
+            expectSame(result)
+        }
+    }
+
     @Test func verboseNamesEveryCopy() throws {
         try inScratch { scratch in
             let result = try both(
