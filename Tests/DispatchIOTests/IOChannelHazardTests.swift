@@ -175,10 +175,12 @@ struct IOChannelHazardTests {
     }
 
     /// The write backlog throttles reads of regular files, but a read waiting for it must not wait for a
-    /// write queued behind itself. Here a 17 MiB write on another file waits behind a barrier, so the
-    /// backlog is over its 16 MiB; a stream read of `y` waits for it; a 17 MiB write to `y` is queued
-    /// behind that read (one lane on a regular file, B9). Once the barrier returns and the first write is
-    /// done, the backlog still holds the second one's 17 MiB, which could only go once the read ended.
+    /// write queued behind itself. Here a 17 MiB write on another file waits behind a barrier; a stream
+    /// read of `y` follows, then a 17 MiB write to `y`, queued behind that read (one lane on a regular
+    /// file, B9). When a write behind a barrier was counted, the read waited for the backlog, and once the
+    /// barrier returned and the first write was done, the backlog still held the second one's 17 MiB,
+    /// which could only go once the read ended. (A write behind a barrier now counts from its start: see
+    /// the next test.)
     @Test(arguments: EngineKind.allCases)
     func aReadWaitingForTheBacklogDoesNotWaitForAWriteBehindIt(kind: EngineKind) async throws {
         let engine = Engines.get(kind)
@@ -217,6 +219,45 @@ struct IOChannelHazardTests {
         onZ.close()
         onY.close()
     }
+    /// A write queued behind a barrier is not counted in the backlog until it starts: the barrier's block
+    /// may wait for a read of another file, and that read would wait for the write's bytes to leave the
+    /// backlog, for good (helper-39: a 20 MiB write behind a barrier that waited for a read of another
+    /// file; B48 holds back only the barrier's own file, B4, B52).
+    @Test(arguments: EngineKind.allCases)
+    func aBarrierWaitingForAnotherFilesReadDoesNotHoldItBehindItsWrites(kind: EngineKind) async throws {
+        let engine = Engines.get(kind)
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let a = open(dir.make("a", []), O_RDWR | O_CLOEXEC)
+        let b = open(dir.make("b", pattern(1 << 20)), O_RDWR | O_CLOEXEC)
+        defer {
+            close(a)
+            close(b)
+        }
+        let queue = WorkQueue(label: "barrier")
+        let onA = IOChannel(type: .random, fileDescriptor: FileDescriptor(rawValue: a), queue: queue, engine: engine) {
+            _ in
+        }
+        let onB = IOChannel(type: .random, fileDescriptor: FileDescriptor(rawValue: b), queue: queue, engine: engine) {
+            _ in
+        }
+        let readEnded = WorkSemaphore(value: 0)
+        let readInTime = Locked<Bool?>(nil)
+        onA.barrier { readInTime.withLock { $0 = readEnded.wait(timeout: .seconds(10)) == .success } }
+        let write = Recorder()
+        onA.write(offset: 0, data: DispatchDataBuffer(pattern(20 << 20)), queue: write.queue, handler: write.handler)
+        let read = Recorder()
+        onB.read(offset: 0, length: 4096, queue: read.queue) { done, data, error in
+            read.handler(done, data, error)
+            if done { _ = readEnded.signal() }
+        }
+        #expect(await write.wait(limit: .seconds(20)).last == Call(done: true, count: nil, error: nil))
+        #expect(readInTime.withLock { $0 } == true)
+        expectSameBytes(read.bytes, Array(pattern(1 << 20)[0..<4096]))
+        onA.close()
+        onB.close()
+    }
+
 }
 
 /// A path channel on a FIFO and a semaphore its cleanup handler signals.

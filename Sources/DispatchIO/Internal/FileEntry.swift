@@ -76,6 +76,9 @@ final class FileEntry: @unchecked Sendable {
     private var items: [Item] = []
     private var running: [IOOperation] = []
     private var barrierRunning = false
+    /// Barriers in `items`: an operation queued behind one cannot start before that barrier's block has
+    /// returned, and the block may wait for anything.
+    private var barriersQueued = 0
     private var channels: [ChannelCore] = []
     private var tornDown = false
     /// Operations made on this entry's channels whose final handler call has not yet returned: the entry
@@ -221,10 +224,14 @@ final class FileEntry: @unchecked Sendable {
 
     func enqueue(_ item: Item) {
         if case .operation(let operation) = item { operation.queued() }
-        let actions = lock.withLock { () -> [() -> Void] in
+        let (actions, behindBarrier) = lock.withLock { () -> ([() -> Void], Bool) in
+            let behindBarrier = barrierRunning || barriersQueued > 0
+            if case .barrier = item { barriersQueued += 1 }
             items.append(item)
-            return pump()
+            return (pump(), behindBarrier)
         }
+        // Before the actions, which may start it.
+        if case .operation(let operation) = item { operation.enqueued(behindBarrier: behindBarrier) }
         for action in actions { action() }
         WriteBacklog.shared.wakeReads(of: self)
     }
@@ -307,6 +314,7 @@ final class FileEntry: @unchecked Sendable {
                     return actions
                 }
                 items.remove(at: 0)
+                barriersQueued -= 1
                 barrierRunning = true
                 actions.append { [self] in
                     queue.async {

@@ -68,6 +68,9 @@ class IOOperation: @unchecked Sendable {
     func fail(_ error: Errno) {}
     /// The operation joined its entry's queue (it may start at once, or wait behind others).
     func queued() {}
+    /// Queued on its file (lock not held): `behindBarrier` when a barrier is queued or running ahead of it
+    /// there, so that it cannot start before a block of the caller's has returned.
+    func enqueued(behindBarrier: Bool) {}
 
     /// Cancels what is in the kernel; the operation then ends with ECANCELED (B30).
     func stop() {
@@ -480,10 +483,29 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         super.init(channel: channel, settings: settings, queue: queue)
         // Descriptor channels know their file at once; a path channel's writes are not counted.
         countsInBacklog = kindAtCreation == .regular
-        if countsInBacklog { WriteBacklog.shared.add(data.count) }
+    }
+
+    /// Counted from when it is queued, so that reads stop while writes pile up behind the one running;
+    /// but one queued behind a barrier only from when it starts. The barrier's block may wait for a read
+    /// of another file, which would wait for this write's bytes to leave the backlog (helper-39: a 20 MiB
+    /// write queued behind a barrier that waited for a read of another file held that read for good).
+    override func enqueued(behindBarrier: Bool) {
+        if !behindBarrier { countInBacklog() }
+    }
+
+    /// Adds the write to the backlog once, unless it has ended.
+    private func countInBacklog() {
+        let add = lock.withLock { () -> Bool in
+            guard countsInBacklog && !counted && !ended && !finalDelivered else { return false }
+            counted = true
+            return true
+        }
+        if add { WriteBacklog.shared.add(data.count) }
     }
 
     private var countsInBacklog = false
+    /// Whether the backlog holds this write's bytes. Lock held.
+    private var counted = false
     /// The token of the chunk in the kernel: a new one per chunk, so that the engine's name for a chunk
     /// that has already completed is never recorded against the next one (which stop would then miss).
     private var chunkToken = 0
@@ -497,17 +519,19 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
 
     /// Fails before starting: `(true, data, error)` (B19).
     override func fail(_ error: Errno) {
-        let data = lock.withLock { () -> DispatchDataBuffer in
+        let (data, wasCounted) = lock.withLock { () -> (DispatchDataBuffer, Bool) in
             finalDelivered = true
             reportedFinished = true
-            return remaining
+            defer { counted = false }
+            return (remaining, counted)
         }
-        if countsInBacklog { WriteBacklog.shared.remove(data.count) }
+        if wasCounted { WriteBacklog.shared.remove(self.data.count) }
         let handler = self.handler
         deliverFinal { handler(true, data, error) }
     }
 
     override func start(fd: CInt) {
+        countInBacklog()
         let seekable = entry.kind?.isSeekableFile ?? false
         lock.withLock {
             self.fd = fd
@@ -597,10 +621,11 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         if let position = streamPositionToRestore {
             lseek(fd, off_t(position) + written, SEEK_SET)
         }
-        if countsInBacklog {
+        if counted {
             // Given back by `progress` once the lock is released (woken reads take this operation's lock),
             // not by a block on the handler queue: a queue that is suspended, or busy waiting for a read,
             // would hold back every read in the process behind this finished write.
+            counted = false
             backlogToRelease = data.count
         }
         if let error {
