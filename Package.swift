@@ -75,7 +75,10 @@ let package = Package(
         .systemLibrary(name: "CXattr"),
         // What the two tools share: file names as bytes, cp's and cat's quoting of them in messages, and
         // cp -p's copy of ACLs.
-        .target(name: "ToolSupport", dependencies: ["CXattr"]),
+        .target(
+            name: "ToolSupport",
+            dependencies: ["CXattr", .product(name: "SystemPackage", package: "swift-system")]
+        ),
         .executableTarget(
             name: "dcat",
             dependencies: [

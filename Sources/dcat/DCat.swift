@@ -152,7 +152,7 @@ final class Concatenator: @unchecked Sendable {
         // Standard output unusable from the start (a directory, say) fails the first write, which reports
         // it: with nothing to write, cat never learns, and neither does dcat.
         output = IOChannel(type: type, fileDescriptor: .standardOutput, queue: queue) { _ in }
-        BrokenPipe.noteDisposition()
+        WriteSignals.noteDispositions()
         // Writes report only their final call: progress calls would be noise here.
         output.setLimit(lowWater: Int.max)
     }
@@ -419,8 +419,9 @@ final class Concatenator: @unchecked Sendable {
     /// `SIGPIPE`; any other error, and that one where SIGPIPE is ignored or blocked, is reported like cat's
     /// `write error` and ends the process with status 1.
     static func writeFailed(_ error: Errno) -> Never {
-        // The channel reports EPIPE instead of letting SIGPIPE kill the process; cat would have died of it.
-        if error == .brokenPipe && BrokenPipe.endsTheProcess { BrokenPipe.end() }
+        // The channel reports EPIPE and EFBIG instead of letting SIGPIPE or SIGXFSZ end the process; cat
+        // would have died of them.
+        WriteSignals.endAsTheKernelWould(after: error)
         // The channel refuses a directory with EISDIR; a directory can only be open for reading, so cat's
         // write gets EBADF.
         printError("dcat: write error: \(describe(error == .isDirectory ? .badFileDescriptor : error))\n")

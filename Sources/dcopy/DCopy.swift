@@ -84,7 +84,11 @@ struct DCopy: ParsableCommand {
     private static func copy(recursive: Bool, preserve: Bool, verbose: Bool, progress: Bool) -> Never {
         // Before anything opens a descriptor (the engine opens its ring when the copier is made).
         let standard = StandardDescriptors.reserve()
-        BrokenPipe.noteDisposition()
+        WriteSignals.noteDispositions()
+        // cp's -v lines wait in stdio's buffer, so a reader that went away ends cp by SIGPIPE at a flush,
+        // after its copies (at the end, for a short run): dcopy's lines are written one by one, and a
+        // thread that writes one would otherwise die of it part-way through the tree.
+        WriteSignals.holdBrokenPipe()
         let options = Options(recursive: recursive, preserve: preserve, verbose: verbose)
         let copier = Copier(
             options: options,
@@ -395,7 +399,7 @@ final class Copier: @unchecked Sendable {
         // cp reports a failed -v line once, at the end, as its standard output is closed; a reader that
         // went away ends it by SIGPIPE there (its lines wait in stdio's buffer until then).
         if let error = outputFailure {
-            if error == .brokenPipe && BrokenPipe.endsTheProcess { BrokenPipe.end() }
+            WriteSignals.endAsTheKernelWould(after: error)
             printError("dcopy: write error: \(describe(error))\n")
             return 1
         }

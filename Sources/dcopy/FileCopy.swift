@@ -61,6 +61,9 @@ final class FileCopy: @unchecked Sendable {
     /// Where the destination's written bytes stop being a prefix of the source: the lowest offset a chunk
     /// failed to read or write from. Chunks run at once, so later ones may be written past it.
     private var failedFrom: Int64?
+    /// The first write's error, which may end the run as its signal would have ended cp's (`EFBIG` past
+    /// `ulimit -f`, `EPIPE` into a FIFO without reader), once the file is cut back to its prefix.
+    private var writeFailure: Errno?
 
     /// The destination's directory was made by this run, so nothing can be at the destination yet: its
     /// `statx` is skipped, as cp skips its `stat` there (the exclusive create still catches a race).
@@ -222,6 +225,8 @@ final class FileCopy: @unchecked Sendable {
                     openSource(info, existed: false)
                 }
             case .failed(let step, let failure):
+                // cp dies of SIGXFSZ past `ulimit -f`, and of SIGPIPE writing a FIFO without reader.
+                if step == .write { WriteSignals.endAsTheKernelWould(after: failure) }
                 queue.async { [self] in
                     copier.fileEnded(place, errors: [message(step, failure)])
                     completion()
@@ -411,6 +416,7 @@ final class FileCopy: @unchecked Sendable {
                 guard done else { return }
                 let written = data.count - (failure == nil ? 0 : remaining?.count ?? data.count)
                 copier.meter?.add(written)
+                if let failure { lock.withLock { writeFailure = writeFailure ?? failure } }
                 chunkDone(
                     error: failure.map { message(.write, $0) },
                     failedFrom: failure == nil ? nil : offset + Int64(written)
@@ -452,6 +458,7 @@ final class FileCopy: @unchecked Sendable {
             // Best effort: the error already reported is the copy's.
             _ = ftruncate(destinationFD, off_t(failedFrom))
         }
+        if let writeFailure = lock.withLock({ writeFailure }) { WriteSignals.endAsTheKernelWould(after: writeFailure) }
         if failure == nil, let sizeToSet, ftruncate(destinationFD, off_t(sizeToSet)) != 0 {
             let failure = Errno(rawValue: errno)
             lock.withLock { error = message(.write, failure) }

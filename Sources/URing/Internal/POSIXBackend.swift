@@ -139,7 +139,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             nil,
             { context in
                 let start = Unmanaged<ThreadStart>.fromOpaque(context!).takeRetainedValue()
-                blockSIGPIPEInThisThread()
+                blockWriteSignalsInThisThread()
                 start.body(start.backend)
                 return nil
             },

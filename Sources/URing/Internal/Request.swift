@@ -11,14 +11,16 @@ extension EngineBackend {
     }
 }
 
-/// Blocks `SIGPIPE` in the calling engine thread. A write to a pipe or socket whose reader has gone
-/// raises `SIGPIPE` in the thread that made the system call, and its default action ends the process;
-/// blocked, it stays pending on that thread and the write reports `EPIPE`, which the handler gets.
-/// (io_uring's own worker threads block every signal already.)
-func blockSIGPIPEInThisThread() {
+/// Blocks `SIGPIPE` and `SIGXFSZ` in the calling engine thread. A write to a pipe or socket whose reader
+/// has gone raises `SIGPIPE` in the thread that made the system call, and one past `ulimit -f` raises
+/// `SIGXFSZ`; the default action of both ends the process. Blocked, the signal stays pending on that thread
+/// and the write reports `EPIPE` or `EFBIG`, which the handler gets, on either engine. (io_uring's own
+/// worker threads block every signal already.)
+func blockWriteSignalsInThisThread() {
     var set = sigset_t()
     sigemptyset(&set)
     sigaddset(&set, SIGPIPE)
+    sigaddset(&set, SIGXFSZ)
     pthread_sigmask(SIG_BLOCK, &set, nil)
 }
 

@@ -359,7 +359,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     // MARK: The ring thread
 
     private func run() {
-        blockSIGPIPEInThisThread()
+        blockWriteSignalsInThisThread()
         ringThread.store(UInt(pthread_self()), ordering: .releasing)
         if enableOnRingThread {
             let rc = curing_enable_rings(ring)
