@@ -260,11 +260,16 @@ package final class IOEngine: Sendable {
 
     /// Writes several buffers in order (`writev(2)`), resubmitting the rest after a short write; the
     /// result is the number of bytes written.
+    ///
+    /// With `completesShort`, a short write completes the operation instead, with the bytes it wrote (at
+    /// least one), for a caller that reports progress as a pipe or socket drains and writes the rest
+    /// itself; a descriptor not ready is still waited for.
     @discardableResult
     package func writev(
         _ fd: CInt,
         from buffers: [UnsafeRawBufferPointer],
         at offset: Int64?,
+        completesShort: Bool = false,
         offload: Bool = false,
         keepAlive: (any AnyObject & Sendable)? = nil,
         then handler: @escaping CompletionHandler
@@ -273,7 +278,7 @@ package final class IOEngine: Sendable {
             return backend.submit(.fail(.invalidArgument), keepAlive: nil, handler: handler)
         }
         return backend.submit(
-            .vector(IOVector(buffers), fd: fd, offset: offset, isWrite: true),
+            .vector(IOVector(buffers, completesShort: completesShort), fd: fd, offset: offset, isWrite: true),
             offload: offload,
             keepAlive: keepAlive,
             handler: handler

@@ -313,6 +313,55 @@ final class IOChannelTests {
         channel.close()
     }
 
+    /// B26: a pipe write reports progress per system call, as the pipe drains: libdispatch's 200,000-byte
+    /// write with low water 1 reported 134,464, 68,928 and 3,392 bytes left, then `(true, nil, nil)`. Each
+    /// piece was written whole before any report (helper-39: only the final call came). Here the pipe
+    /// holds 64 KiB, and the reader takes 64 KiB only after each report, so the reports are exactly those.
+    @Test(arguments: EngineKind.allCases)
+    func pipeWriteProgressComesAsThePipeDrains(kind: EngineKind) async throws {
+        let (readEnd, writeEnd) = makePipe()
+        defer { try? readEnd.close() }
+        #expect(fcntl(writeEnd.rawValue, 1032 /* F_GETPIPE_SZ */) == 65536)
+        let channel = IOChannel(
+            type: .stream,
+            fileDescriptor: writeEnd,
+            queue: WorkQueue(label: "w"),
+            engine: Engines.get(kind)
+        ) {
+            _ in try? writeEnd.close()
+        }
+        channel.setLimit(lowWater: 1)
+        let reported = WorkSemaphore(value: 0)
+        let recorder = Recorder()
+        channel.write(offset: 0, data: DispatchDataBuffer(pattern(200_000)), queue: recorder.queue) {
+            done,
+            data,
+            error in
+            recorder.record(done, data, error)
+            _ = reported.signal()
+        }
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while received.count < 200_000 {
+            guard reported.wait(timeout: .seconds(10)) == .success else { break }
+            var got = 0
+            while got < min(65536, 200_000 - received.count) {
+                let count = read(readEnd.rawValue, &buffer[got], 65536 - got)
+                guard count > 0 else { break }
+                got += count
+            }
+            received += buffer[0..<got]
+        }
+        #expect(
+            await recorder.wait() == [
+                Call(done: false, count: 134_464, error: nil), Call(done: false, count: 68_928, error: nil),
+                Call(done: false, count: 3_392, error: nil), Call(done: true, count: nil, error: nil),
+            ]
+        )
+        expectSameBytes(received, pattern(200_000))
+        channel.close()
+    }
+
     /// B26: data of more regions than one `writev` takes (1,024) goes out in pieces cut at region counts
     /// and at the high water mark, every byte once and in order, the remainder reported after each piece.
     @Test(arguments: EngineKind.allCases)

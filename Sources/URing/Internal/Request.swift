@@ -155,7 +155,7 @@ final class Request: @unchecked Sendable {
             progress += res
             guard isWrite else { return .complete(IOCompletion(result: progress)) }
             vector.consume(res)
-            if vector.isEmpty { return .complete(IOCompletion(result: progress)) }
+            if vector.isEmpty || (vector.completesShort && res > 0) { return .complete(IOCompletion(result: progress)) }
             if res == 0 { return .complete(IOCompletion(result: progress, error: .ioError)) }
             return .again
         case .close:
@@ -249,8 +249,11 @@ final class IOVector: @unchecked Sendable {
     let base: UnsafeMutablePointer<iovec>
     /// Index of the first element not yet fully transferred.
     private(set) var start = 0
+    /// A short write completes the request with what it wrote, instead of going on with the rest.
+    let completesShort: Bool
 
-    init(_ buffers: [UnsafeRawBufferPointer]) {
+    init(_ buffers: [UnsafeRawBufferPointer], completesShort: Bool = false) {
+        self.completesShort = completesShort
         base = .allocate(capacity: max(buffers.count, 1))
         for (index, buffer) in buffers.enumerated() {
             (base + index).initialize(
