@@ -321,7 +321,8 @@ final class IOChannelTests {
     func pipeWriteProgressComesAsThePipeDrains(kind: EngineKind) async throws {
         let (readEnd, writeEnd) = makePipe()
         defer { try? readEnd.close() }
-        #expect(fcntl(writeEnd.rawValue, 1032 /* F_GETPIPE_SZ */) == 65536)
+        let getPipeSize: CInt = 1032  // F_GETPIPE_SZ
+        #expect(fcntl(writeEnd.rawValue, getPipeSize) == 65536)
         let channel = IOChannel(
             type: .stream,
             fileDescriptor: writeEnd,
