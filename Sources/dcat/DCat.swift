@@ -104,6 +104,13 @@ private let piece = 512 << 10
 /// windows in 512 KiB pieces at 9.0–9.3, as fast in alternating runs (with 512 KiB pooled buffers: 8.0–8.6).
 private let streamWindow = 1 << 20
 
+/// Whether `fd` is a socket of type `SOCK_STREAM` (or its type cannot be read).
+private func isStreamSocket(_ fd: CInt) -> Bool {
+    var type: CInt = 0
+    var length = socklen_t(MemoryLayout<CInt>.size)
+    return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0 || type == CInt(SOCK_STREAM.rawValue)
+}
+
 /// The standard descriptors the process started without, each now open on /dev/null.
 let standardDescriptors = StandardDescriptors.reserve()
 
@@ -155,6 +162,12 @@ final class Concatenator: @unchecked Sendable {
         WriteSignals.noteDispositions()
         // Writes report only their final call: progress calls would be noise here.
         output.setLimit(lowWater: Int.max)
+        // A datagram or sequenced-packet socket takes each write as one message, which must fit its send
+        // buffer: a window's megabyte failed with EMSGSIZE (helper-38: nothing past 212,992 bytes went
+        // through a SOCK_SEQPACKET pair). cat's 128 KiB writes are what such a reader gets from cat.
+        if info.st_mode & S_IFMT == S_IFSOCK && !isStreamSocket(STDOUT_FILENO) {
+            output.setLimit(highWater: 128 << 10)
+        }
     }
 
     /// Copies every input; returns the exit status.

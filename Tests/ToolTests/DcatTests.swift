@@ -591,6 +591,39 @@ struct DcatTests {
         }
     }
 
+    // A sequenced-packet socket as standard output takes each write as one message, within its send
+    // buffer: a window's megabyte failed with EMSGSIZE, and nothing past 212,992 bytes went through
+    // (helper-38). dcat now writes such a socket in cat's 128 KiB, so the reader gets cat's messages.
+    @Test func aSequencedPacketSocketGetsCatsMessages() throws {
+        try inScratch { scratch in
+            _ = try scratch.run("head -c 250000 /dev/urandom > f")
+            for engine in ["uring", "posix"] {
+                var ends: [CInt] = [-1, -1]
+                try #require(
+                    socketpair(AF_UNIX, CInt(SOCK_SEQPACKET.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0, &ends) == 0
+                )
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: Tools.dcat)
+                process.arguments = [scratch.path + "/f"]
+                process.environment = ["DISPATCH_ENGINE": engine]
+                process.standardOutput = FileHandle(fileDescriptor: ends[1], closeOnDealloc: true)
+                try process.run()
+                close(ends[1])
+                var sizes: [Int] = []
+                var buffer = [UInt8](repeating: 0, count: 1 << 20)
+                while true {
+                    let count = recv(ends[0], &buffer, buffer.count, 0)
+                    if count <= 0 { break }
+                    sizes.append(count)
+                }
+                close(ends[0])
+                process.waitUntilExit()
+                #expect(process.terminationStatus == 0, "\(engine)")
+                #expect(sizes == [131_072, 118_928], "\(engine)")
+            }
+        }
+    }
+
     @Test func sparseFileOverFourGiB() throws {
         try inScratch { scratch in
             // 4.5 GiB, all holes but a marker past 4 GiB: offsets beyond 32 bits, and fast.
