@@ -110,8 +110,9 @@ enum IOTuning {
 /// a time; here reads from regular files simply stop issuing while more than `limit` bytes wait to be
 /// written to regular files. Writes to regular files make progress on their own, unless they wait behind
 /// such a read on its own file (a stream channel's lane, or a barrier): a read only waits while nothing is
-/// queued on its file, and wakes when something is (``wakeReads(of:)``). Writes to pipes and sockets are
-/// not counted, since they may wait on a peer forever.
+/// queued on its file, and wakes when something is (``wakeReads(of:)``). A write queued behind a barrier
+/// counts only from its start, since the barrier's block may wait for a read of another file. Writes to
+/// pipes and sockets are not counted, since they may wait on a peer forever.
 final class WriteBacklog: @unchecked Sendable {
     static let shared = WriteBacklog(limit: 16 << 20)
 
