@@ -250,6 +250,12 @@ public final class IOChannel: Sendable {
     /// - then exactly one final call: `(true, nil, nil)` when everything was written; `(true, remaining,
     ///   error)` on an error, with exactly the data that was not written (all of it if nothing was).
     ///
+    /// On a pipe or socket, when the low water mark is below a system call's piece (at most 1 MiB) or an
+    /// interval is set, each system call that the pipe or socket takes only part of reports its progress,
+    /// as libdispatch does: a pipe's progress comes as its reader drains it. That rests on the kernel
+    /// answering short: pipes do since Linux 6.4 (`RWF_NOWAIT`), FIFOs opened by name without
+    /// `O_NONBLOCK` do not, and there a piece is written whole before its progress is reported.
+    ///
     /// Empty data completes at once with `(true, nil, nil)`, or `(true, data, error)` on a closed channel
     /// (ECANCELED) or one whose file failed (B12). The data's regions go to the kernel as they are
     /// (`writev`); nothing is copied.

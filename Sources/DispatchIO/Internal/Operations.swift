@@ -273,7 +273,9 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                 // What is left of the file at open fits a small buffer: a pooled megabyte, touched whole by
                 // an earlier read, would stay resident under a few bytes (dcat of a 7 MiB file and fifteen
                 // of 100 bytes, sixty times over, peaked at 23 MiB; helper-38).
-                let tail = positioned && sizeAtOpen - startOffset - Int64(issued) <= Int64(BufferPool.probes.size)
+                // (Less than 64 KiB: a read of exactly 64 KiB fills its buffer, and a full read is not the end
+                // of the file, so one more read would follow to find it.)
+                let tail = positioned && sizeAtOpen - startOffset - Int64(issued) < Int64(BufferPool.probes.size)
                 let chunkPool = probe || tail ? BufferPool.probes : pool
                 let size = min(chunkPool.size, length - issued, room, Int(clamping: offsetRoom))
                 let buffer = chunkPool.take()
@@ -344,10 +346,11 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                 end(error: error)
                 return
             }
-            if positioned && count > 0 && count < asked && count <= IOTuning.copiedChunk && chunkPool === pool {
-                // The tail of a file (or a small file) in a pooled megabyte would keep the megabyte for as
-                // long as the caller keeps the bytes: copied, it holds only what it has. A read that brought
-                // all it asked (a small high water mark) is handed over as it is, without a copy per chunk.
+            if positioned && count > 0 && count < asked && count <= min(IOTuning.copiedChunk, chunkPool.size / 2) {
+                // The tail of a file (or a small file) in a pooled megabyte, or in a 64 KiB buffer, would keep
+                // the buffer for as long as the caller keeps the bytes: copied, it holds only what it has. A
+                // read that brought all it asked (a small high water mark) is handed over as it is, without a
+                // copy per chunk.
                 pending.append(DispatchDataBuffer(bytes: UnsafeRawBufferPointer(start: buffer, count: count)))
                 chunkPool.give(buffer)
             } else {
