@@ -12,7 +12,16 @@ import Musl
 /// False when the file system cannot be told.
 package func isKernelMadeFile(_ fd: CInt) -> Bool {
     var system = statfs()
-    guard fstatfs(fd, &system) == 0 else { return false }
+    return fstatfs(fd, &system) == 0 && isKernelMadeFileSystem(system)
+}
+
+/// As ``isKernelMadeFile(_:)``, for the file at `path`.
+package func isKernelMadeFile(atPath path: UnsafePointer<CChar>) -> Bool {
+    var system = statfs()
+    return statfs(path, &system) == 0 && isKernelMadeFileSystem(system)
+}
+
+private func isKernelMadeFileSystem(_ system: statfs) -> Bool {
     // Magic numbers from linux/magic.h.
     let procfs = 0x9fa0
     let sysfs = 0x6265_6572

@@ -362,6 +362,9 @@ final class Copier: @unchecked Sendable {
     private let running = WorkGroup()
     private let inUse = Locked(FilesInUse())
     private let failed = Locked(false)
+    /// A write's error that ends the run by its signal, as it ends cp (`EFBIG` past `ulimit -f`, `EPIPE`
+    /// into a FIFO without reader): set once, by ``endRun(after:)``.
+    private let ending = Locked<Errno?>(nil)
     let meter: ProgressMeter?
     /// `-v` lines and errors, printed in the walk's order.
     private let messages: Messages
@@ -394,6 +397,11 @@ final class Copier: @unchecked Sendable {
     /// Runs the command; returns the exit status.
     func run(_ paths: [PathName]) -> Int32 {
         copyAll(paths)
+        if let ending = ending.withLock({ $0 }) {
+            // The messages before the failed copy's place, then the signal, where cp died.
+            _ = messages.flush { meter?.finish() }
+            WriteSignals.endAsTheKernelWould(after: ending)
+        }
         // The bar's last state below every message.
         let outputFailure = messages.flush { meter?.finish() }
         // cp reports a failed -v line once, at the end, as its standard output is closed; a reader that
@@ -457,6 +465,19 @@ final class Copier: @unchecked Sendable {
         }
     }
 
+    /// Whether a write that failed with `error` ends the run, as its signal would end cp; then the walk
+    /// starts nothing more, the copies under way finish, and ``run(_:)`` raises the signal. cp copies
+    /// one file at a time: files it copied before stay whole, and it never reaches those after. Raised at
+    /// once, the signal cut short the other files being copied at the same time (helper-40).
+    func endRun(after error: Errno) -> Bool {
+        guard WriteSignals.signalEnding(after: error) != nil else { return false }
+        ending.withLock { $0 = $0 ?? error }
+        return true
+    }
+
+    /// Whether the run is ending by a write's signal: nothing more is started.
+    var isEnding: Bool { ending.withLock { $0 != nil } }
+
     /// Whether a copy under way makes `destination`, named perhaps otherwise. Walker only.
     private func isBeingMade(_ destination: PathName) -> Bool {
         guard tracksNames else { return false }
@@ -518,6 +539,7 @@ final class Copier: @unchecked Sendable {
         topLevel: Bool,
         destinationIsNew: Bool = false
     ) {
+        if isEnding { return }
         // A source in the target that an earlier source's copy is making is there once that copy ends, as
         // cp's order has it (`dcopy -r t/y e/y/x e` said `cannot stat 'e/y/x'`).
         if topLevel && isBeingMade(source) { running.wait() }
@@ -1050,9 +1072,10 @@ func describe(_ error: Errno) -> String {
 /// Writes a message to standard error in one system call.
 func printError(_ message: String) {
     var message = message
-    message.withUTF8 { bytes in
-        _ = Glibc.write(STDERR_FILENO, bytes.baseAddress, bytes.count)
-    }
+    let written = message.withUTF8 { bytes in Glibc.write(STDERR_FILENO, bytes.baseAddress, bytes.count) }
+    // cp's unbuffered standard error ends it by SIGPIPE at once when its reader has gone; dcopy blocks the
+    // signal from the start (see `WriteSignals.holdBrokenPipe`), so it raises it here (helper-40).
+    if written < 0 && errno == EPIPE { WriteSignals.endAsTheKernelWould(after: .brokenPipe) }
 }
 
 /// Writes a `-v` line to standard output in one system call; returns the error if that failed.

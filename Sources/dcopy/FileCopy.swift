@@ -97,6 +97,8 @@ final class FileCopy: @unchecked Sendable {
     // MARK: Opening
 
     func start() {
+        // Queued before a write's error ended the run: cp never reached it.
+        if copier.isEnding { return end() }
         if destinationIsNew {
             lock.withLock { destinationInfo = .failure(.noSuchFileOrDirectory) }
             // The source's status is all there is to wait for: open from its completion, without a hop
@@ -176,11 +178,16 @@ final class FileCopy: @unchecked Sendable {
     /// regular file without holes and a destination to create. With `-p` the submission leaves both files
     /// open for `fchown`, the ACL, `fchmod` and `futimens` (where the engine cannot, it does not start).
     /// An empty file goes this way too: through channels it took cp's time four times over (helper-37:
-    /// 10,000 empty files in 0.8 s against cp's 0.2). One whose size says 0 but that holds bytes (a /proc
-    /// file) comes back `.incomplete` and is read to its end through channels.
+    /// 10,000 empty files in 0.8 s against cp's 0.2). One whose size says 0 but that holds bytes comes
+    /// back `.incomplete` from the probe and is read to its end through channels, except a kernel's file
+    /// (procfs, sysfs, tracefs, debugfs), which goes through channels from the start: `trace_pipe` and
+    /// `/proc/kmsg` give each byte once, and the probe's would be lost (helper-40).
     private func copiesWhole(_ info: FileStatus) -> Bool {
-        info.isRegularFile && info.size >= 0 && info.size <= IOChannel.smallFileLimit
-            && Int64(info.blocks) * 512 >= info.size
+        guard
+            info.isRegularFile && info.size >= 0 && info.size <= IOChannel.smallFileLimit
+                && Int64(info.blocks) * 512 >= info.size
+        else { return false }
+        return info.size > 0 || !isKernelMadeFile(atPath: source.cString)
     }
 
     /// Copies a small file in one submission; the steps and the messages are the channel path's.
@@ -225,10 +232,11 @@ final class FileCopy: @unchecked Sendable {
                     openSource(info, existed: false)
                 }
             case .failed(let step, let failure):
-                // cp dies of SIGXFSZ past `ulimit -f`, and of SIGPIPE writing a FIFO without reader.
-                if step == .write { WriteSignals.endAsTheKernelWould(after: failure) }
+                // cp dies of SIGXFSZ past `ulimit -f`, and of SIGPIPE writing a FIFO without reader, with
+                // no message.
+                let ends = step == .write && copier.endRun(after: failure)
                 queue.async { [self] in
-                    copier.fileEnded(place, errors: [message(step, failure)])
+                    copier.fileEnded(place, errors: ends ? [] : [message(step, failure)])
                     completion()
                 }
             }
@@ -452,13 +460,19 @@ final class FileCopy: @unchecked Sendable {
     private func finish() {
         let (failure, sizeToSet, failedFrom) = lock.withLock { () -> (String?, Int64?, Int64?) in
             let shrank = positionedOutput && size.map { $0 < sizeAtStart ?? .max } == true
-            return (error, sparse || shrank ? size : nil, positionedOutput ? self.failedFrom : nil)
+            // A source that also shrank ends where it ended, if that is sooner.
+            let cut = positionedOutput ? self.failedFrom.map { min($0, size ?? .max) } : nil
+            return (error, sparse || shrank ? size : nil, cut)
         }
         if let failedFrom {
             // Best effort: the error already reported is the copy's.
             _ = ftruncate(destinationFD, off_t(failedFrom))
         }
-        if let writeFailure = lock.withLock({ writeFailure }) { WriteSignals.endAsTheKernelWould(after: writeFailure) }
+        // cp dies of SIGXFSZ past `ulimit -f`, and of SIGPIPE writing a FIFO without reader, with no message.
+        if let writeFailure = lock.withLock({ writeFailure }), copier.endRun(after: writeFailure) {
+            lock.withLock { error = nil }
+            return end()
+        }
         if failure == nil, let sizeToSet, ftruncate(destinationFD, off_t(sizeToSet)) != 0 {
             let failure = Errno(rawValue: errno)
             lock.withLock { error = message(.write, failure) }

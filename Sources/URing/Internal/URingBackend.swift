@@ -706,7 +706,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
 
     // MARK: Linked copies
 
-    /// Queues the seven linked requests of a whole-file copy (nine when it keeps its files open), or parks
+    /// Queues the seven linked requests of a whole-file copy (nine when it keeps its files open; two fewer
+    /// for an empty file, which has nothing to splice), or parks
     /// the copy until a lane is free.
     ///
     /// The bytes go from the source's page cache into the lane's pipe by reference, and from the pipe
