@@ -315,14 +315,17 @@ final class IOChannelTests {
 
     /// B26: a pipe write reports progress per system call, as the pipe drains: libdispatch's 200,000-byte
     /// write with low water 1 reported 134,464, 68,928 and 3,392 bytes left, then `(true, nil, nil)`. Each
-    /// piece was written whole before any report (helper-39: only the final call came). Here the pipe
-    /// holds 64 KiB, and the reader takes 64 KiB only after each report, so the reports are exactly those.
-    @Test(arguments: EngineKind.allCases)
+    /// piece was written whole before any report (helper-39: only the final call came). Here the reader
+    /// takes a pipe's worth only after each report, so the reports come a pipe's worth apart (the 64 KiB
+    /// of a default pipe gives libdispatch's). Only where a pipe takes a write that may come back short
+    /// (`RWF_NOWAIT`, Linux 6.4): before, both engines' writes to a pipe wait until all of it is written.
+    @Test(.enabled(if: pipesTakeShortWrites()), arguments: EngineKind.allCases)
     func pipeWriteProgressComesAsThePipeDrains(kind: EngineKind) async throws {
         let (readEnd, writeEnd) = makePipe()
         defer { try? readEnd.close() }
         let getPipeSize: CInt = 1032  // F_GETPIPE_SZ
-        #expect(fcntl(writeEnd.rawValue, getPipeSize) == 65536)
+        let pipeSize = Int(fcntl(writeEnd.rawValue, getPipeSize))
+        try #require(pipeSize > 0)
         let channel = IOChannel(
             type: .stream,
             fileDescriptor: writeEnd,
@@ -342,23 +345,21 @@ final class IOChannelTests {
             _ = reported.signal()
         }
         var received: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
+        var buffer = [UInt8](repeating: 0, count: pipeSize)
         while received.count < 200_000 {
             guard reported.wait(timeout: .seconds(10)) == .success else { break }
             var got = 0
-            while got < min(65536, 200_000 - received.count) {
-                let count = read(readEnd.rawValue, &buffer[got], 65536 - got)
+            while got < min(pipeSize, 200_000 - received.count) {
+                let count = read(readEnd.rawValue, &buffer[got], pipeSize - got)
                 guard count > 0 else { break }
                 got += count
             }
             received += buffer[0..<got]
         }
-        #expect(
-            await recorder.wait() == [
-                Call(done: false, count: 134_464, error: nil), Call(done: false, count: 68_928, error: nil),
-                Call(done: false, count: 3_392, error: nil), Call(done: true, count: nil, error: nil),
-            ]
-        )
+        let left = stride(from: 200_000 - pipeSize, to: 0, by: -pipeSize).map {
+            Call(done: false, count: $0, error: nil)
+        }
+        #expect(await recorder.wait() == left + [Call(done: true, count: nil, error: nil)])
         expectSameBytes(received, pattern(200_000))
         channel.close()
     }

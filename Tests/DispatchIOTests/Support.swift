@@ -225,3 +225,13 @@ func sameBytes(_ a: [UInt8], _ b: [UInt8]) -> Bool {
     if a.isEmpty { return true }
     return a.withUnsafeBytes { x in b.withUnsafeBytes { y in memcmp(x.baseAddress!, y.baseAddress!, a.count) == 0 } }
 }
+
+/// Whether a write to a pipe may come back short instead of waiting until all of it is written: pipes take
+/// `RWF_NOWAIT` (`FMODE_NOWAIT`) since Linux 6.4, which both engines' short pipe writes rest on.
+func pipesTakeShortWrites() -> Bool {
+    var name = utsname()
+    uname(&name)
+    let release = withUnsafeBytes(of: name.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+    let numbers = release.split(whereSeparator: { !$0.isNumber }).prefix(2).compactMap { Int($0) }
+    return numbers.count == 2 && (numbers[0], numbers[1]) >= (6, 4)
+}
