@@ -151,7 +151,12 @@ final class Concatenator: @unchecked Sendable {
         let regular = fstat(STDOUT_FILENO, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
         if info.st_mode & S_IFMT == S_IFIFO { growPipe(STDOUT_FILENO) }
         positionedOutput = regular && fcntl(STDOUT_FILENO, F_GETFL) & O_APPEND == 0
-        readWindow = regular ? fileOutputWindow : window
+        // The POSIX engine holds more buffers at once (14 of 1 MiB where io_uring held at most 10, counted
+        // in one run; its writes wait in its pool's queue behind reads): with 2 MiB windows a hundred 10 MB
+        // files to /dev/null peaked at 15.7–17.8 MiB, over the 16 MiB the tools promise, and with 1 MiB
+        // windows at 9.3–10.4 MiB (6 runs each), in 1.21× the time (238 against 197 ms, cat 294; 10 rounds
+        // in turn). The fallback keeps the bound.
+        readWindow = regular || IOEngine.shared.kind == .posix ? fileOutputWindow : window
         outputStart = positionedOutput ? lseek(STDOUT_FILENO, 0, SEEK_CUR) : 0
         cursor = positionedOutput ? OutputCursor(start: outputStart, sizeAtStart: info.st_size) : nil
         outputFile = regular ? (info.st_dev, info.st_ino) : nil
