@@ -200,7 +200,7 @@ final class FileCopy: @unchecked Sendable {
             to: destinationPath,
             in: destinationDirectory,
             flags: O_WRONLY | O_CREAT | O_EXCL,
-            permissions: FilePermissions(rawValue: CModeT(info.mode & 0o777)),
+            permissions: creationPermissions(info),
             size: Int(info.size),
             keepOpen: copier.options.preserve
         ) { [self] outcome in
@@ -243,6 +243,14 @@ final class FileCopy: @unchecked Sendable {
         }
     }
 
+    /// The mode a new destination is made with: the source's permission bits (less the umask, which the
+    /// kernel applies), and with `-p` only its owner's, as cp makes it, until `finish` has set the owner and
+    /// then the whole mode. The copy of a file the copier does not own (640 root:shadow) was readable by the
+    /// copier's group while it was written, and stayed so when the copy failed (helper-41).
+    private func creationPermissions(_ info: FileStatus) -> FilePermissions {
+        FilePermissions(rawValue: CModeT(info.mode & (copier.options.preserve ? 0o700 : 0o777)))
+    }
+
     /// cp's message for a failed step, on either path. `existed`: the destination was there before (it is
     /// opened for writing, not created).
     private func message(_ step: FileCopyStep, _ failure: Errno, existed: Bool = false) -> String {
@@ -260,7 +268,7 @@ final class FileCopy: @unchecked Sendable {
 
     private func openDestination(_ info: FileStatus, existed: Bool) {
         // A new file gets the source's permission bits less the umask (the kernel applies it), as with cp.
-        let permissions = FilePermissions(rawValue: CModeT(info.mode & 0o777))
+        let permissions = creationPermissions(info)
         // A new file is made with O_EXCL, as cp does, so that a dangling symbolic link is not written through.
         let flags = O_WRONLY | O_CREAT | O_TRUNC | (existed ? 0 : O_EXCL)
         let (directory, path) = location.destination(destination)
