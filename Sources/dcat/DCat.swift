@@ -558,15 +558,16 @@ final class FileRun: @unchecked Sendable {
     static let joinedWrite = 1 << 20
 
     /// The memory a window of `length` bytes may hold until written: the channel reads a regular file in
-    /// pooled buffers of 1 MiB, one read each, and copies out a read that comes back short with 256 KiB or
-    /// less. A file's last window asks more than the file's size says is left (see `File.nextWindow`), so
-    /// its last read comes back short and holds what it has; the reads before it hold whole megabytes. (The
-    /// last read of a file that grew comes back full and keeps its megabyte: the budget is then exceeded by
-    /// that much, for that file only.)
+    /// pooled buffers of 1 MiB, one read each, and a read of less than 64 KiB in a buffer of 64 KiB. A read
+    /// in a megabyte holds the megabyte while it is in flight, whatever it brings back, so a window's last
+    /// read counts a megabyte unless it asks less than 64 KiB. (It counted only what it asked when that was
+    /// 256 KiB or less, which is what it holds once copied out: with sixteen files of 130–256 KB read at
+    /// once, their megabytes in flight took dcat of medium files around a large one to 15–16.8 MiB, over
+    /// the 16 MiB promised; helper-41.)
     static func reserve(_ length: Int) -> Int {
         let chunk = 1 << 20
         let last = length % chunk
-        return length - last + (last <= 256 << 10 ? last : chunk)
+        return length - last + (last < 64 << 10 ? last : chunk)
     }
 
     private struct File {
