@@ -131,6 +131,9 @@ final class Concatenator: @unchecked Sendable {
     /// The window of regular files' reads: ``fileOutputWindow`` when standard output is a regular file,
     /// ``window`` otherwise.
     fileprivate let readWindow: Int
+    /// Whether small windows that reach the output together may go out in one write: not into a datagram
+    /// or sequenced-packet socket, where a write is a message and cat writes each file's own.
+    fileprivate let joinsWrites: Bool
     /// Standard output is a regular file without O_APPEND: writes go at explicit offsets on a random
     /// channel, several at once (a stream channel would run them one by one), and the descriptor's position
     /// follows them as they complete (``OutputCursor``), where cat's writes would have left it.
@@ -157,6 +160,7 @@ final class Concatenator: @unchecked Sendable {
         // windows at 9.3–10.4 MiB (6 runs each), in 1.21× the time (238 against 197 ms, cat 294; 10 rounds
         // in turn). The fallback keeps the bound.
         readWindow = regular || IOEngine.shared.kind == .posix ? fileOutputWindow : window
+        joinsWrites = info.st_mode & S_IFMT != S_IFSOCK || isStreamSocket(STDOUT_FILENO)
         outputStart = positionedOutput ? lseek(STDOUT_FILENO, 0, SEEK_CUR) : 0
         cursor = positionedOutput ? OutputCursor(start: outputStart, sizeAtStart: info.st_size) : nil
         outputFile = regular ? (info.st_dev, info.st_ino) : nil
@@ -170,9 +174,8 @@ final class Concatenator: @unchecked Sendable {
         // A datagram or sequenced-packet socket takes each write as one message, which must fit its send
         // buffer: a window's megabyte failed with EMSGSIZE (helper-38: nothing past 212,992 bytes went
         // through a SOCK_SEQPACKET pair). cat's 128 KiB writes are what such a reader gets from cat.
-        if info.st_mode & S_IFMT == S_IFSOCK && !isStreamSocket(STDOUT_FILENO) {
-            output.setLimit(highWater: 128 << 10)
-        }
+        // Windows are multiples of 128 KiB, so each file's messages are cat's.
+        if !joinsWrites { output.setLimit(highWater: 128 << 10) }
     }
 
     /// Copies every input; returns the exit status.
@@ -715,7 +718,7 @@ final class FileRun: @unchecked Sendable {
         let idle = state.withLock { state -> Bool in
             state.pumpQueued = false
             advance(&state, writes: &writes, closes: &closes)
-            if writes.count > 1 {
+            if writes.count > 1 && concatenator.joinsWrites {
                 // Small windows that reached the cursor together go out in one write, up to 1 MiB (the
                 // regions of one `writev`, not copied): many small files are otherwise a write each. Larger
                 // ones go as they are, so that each window's memory comes back as soon as it is written.

@@ -609,10 +609,13 @@ struct DcatTests {
 
     // A sequenced-packet socket as standard output takes each write as one message, within its send
     // buffer: a window's megabyte failed with EMSGSIZE, and nothing past 212,992 bytes went through
-    // (helper-38). dcat now writes such a socket in cat's 128 KiB, so the reader gets cat's messages.
+    // (helper-38). dcat now writes such a socket in cat's 128 KiB, each file's own, so the reader gets cat's
+    // messages; small files' windows went out joined, three files in one message (helper-41).
     @Test func aSequencedPacketSocketGetsCatsMessages() throws {
         try inScratch { scratch in
-            _ = try scratch.run("head -c 250000 /dev/urandom > f")
+            _ = try scratch.run(
+                "head -c 250000 /dev/urandom > f; head -c 1146 f > a; head -c 26605 f > b; head -c 21196 f > c"
+            )
             for engine in ["uring", "posix"] {
                 var ends: [CInt] = [-1, -1]
                 try #require(
@@ -626,21 +629,21 @@ struct DcatTests {
                 setsockopt(ends[0], SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
                 let process = Process()
                 process.executableURL = URL(fileURLWithPath: Tools.dcat)
-                process.arguments = [scratch.path + "/f"]
+                process.arguments = ["a", "b", "c", "f"].map { scratch.path + "/" + $0 }
                 process.environment = ["DISPATCH_ENGINE": engine]
                 process.standardOutput = FileHandle(fileDescriptor: ends[1], closeOnDealloc: false)
                 try process.run()
                 close(ends[1])
                 var sizes: [Int] = []
                 var buffer = [UInt8](repeating: 0, count: 1 << 20)
-                while sizes.reduce(0, +) < 250_000 {
+                while sizes.reduce(0, +) < 298_947 {
                     let count = recv(ends[0], &buffer, buffer.count, 0)
                     if count <= 0 { break }
                     sizes.append(count)
                 }
                 process.waitUntilExit()
                 #expect(process.terminationStatus == 0, "\(engine)")
-                #expect(sizes == [131_072, 118_928], "\(engine)")
+                #expect(sizes == [1_146, 26_605, 21_196, 131_072, 118_928], "\(engine)")
             }
         }
     }
