@@ -497,17 +497,15 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
     /// of another file, which would wait for this write's bytes to leave the backlog (helper-39: a 20 MiB
     /// write queued behind a barrier that waited for a read of another file held that read for good).
     override func enqueued(behindBarrier: Bool) {
-        if !behindBarrier { countInBacklog() }
+        guard !behindBarrier, lock.withLock({ takeCount() }) else { return }
+        WriteBacklog.shared.add(data.count)
     }
 
-    /// Adds the write to the backlog once, unless it has ended.
-    private func countInBacklog() {
-        let add = lock.withLock { () -> Bool in
-            guard countsInBacklog && !counted && !ended && !finalDelivered else { return false }
-            counted = true
-            return true
-        }
-        if add { WriteBacklog.shared.add(data.count) }
+    /// Whether the write is to be added to the backlog now: once, unless it has ended. Lock held.
+    private func takeCount() -> Bool {
+        guard countsInBacklog && !counted && !ended && !finalDelivered else { return false }
+        counted = true
+        return true
     }
 
     private var countsInBacklog = false
@@ -538,9 +536,8 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
     }
 
     override func start(fd: CInt) {
-        countInBacklog()
         let seekable = entry.kind?.isSeekableFile ?? false
-        lock.withLock {
+        let count = lock.withLock { () -> Bool in
             self.fd = fd
             if channel.type == .random {
                 offset = channel.baseOffset + requestedOffset
@@ -549,7 +546,9 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
                 offset = position
                 streamPositionToRestore = position
             }
+            return takeCount()
         }
+        if count { WriteBacklog.shared.add(data.count) }
         progress()
     }
 

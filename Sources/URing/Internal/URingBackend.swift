@@ -707,8 +707,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     // MARK: Linked copies
 
     /// Queues the seven linked requests of a whole-file copy (nine when it keeps its files open; two fewer
-    /// for an empty file, which has nothing to splice), or parks
-    /// the copy until a lane is free.
+    /// for an empty file, which has nothing to splice), or parks the copy until a lane is free.
     ///
     /// The bytes go from the source's page cache into the lane's pipe by reference, and from the pipe
     /// into the destination with one copy (`splice`), as cp's `copy_file_range` does; a read and a write
