@@ -180,8 +180,9 @@ package final class IOEngine: Sendable {
         backend.submit(.nop, keepAlive: nil, handler: handler)
     }
 
-    /// Reads into `buffer`, which must stay valid (and is kept alive through `keepAlive`) until the
-    /// handler has run, whatever happens to the caller.
+    /// Reads into `buffer`, which must stay valid until the handler is called, whatever happens to the
+    /// caller. The engine takes `keepAlive` over for that long, and lets go of it just before it calls the
+    /// handler (as for every request here).
     ///
     /// - Parameter offload: run the read on the kernel's worker threads (`IOSQE_ASYNC`) instead of inline
     ///   on the ring thread. A read from the page cache is a memory copy; offloaded, several copies run on
@@ -193,7 +194,7 @@ package final class IOEngine: Sendable {
         into buffer: UnsafeMutableRawBufferPointer,
         at offset: Int64?,
         offload: Bool = false,
-        keepAlive: (any AnyObject & Sendable)? = nil,
+        keepAlive: consuming (any AnyObject & Sendable)? = nil,
         then handler: @escaping CompletionHandler
     ) -> OperationID {
         guard let offset = Self.validOffset(offset) else {
@@ -203,7 +204,7 @@ package final class IOEngine: Sendable {
         return backend.submit(
             .read(fd: fd, buffer: buffer.baseAddress, length: buffer.count, offset: offset),
             offload: offload,
-            keepAlive: keepAlive,
+            keepAlive: consume keepAlive,
             handler: handler
         )
     }
@@ -216,7 +217,7 @@ package final class IOEngine: Sendable {
         from buffer: UnsafeRawBufferPointer,
         at offset: Int64?,
         offload: Bool = false,
-        keepAlive: (any AnyObject & Sendable)? = nil,
+        keepAlive: consuming (any AnyObject & Sendable)? = nil,
         then handler: @escaping CompletionHandler
     ) -> OperationID {
         guard let offset = Self.validOffset(offset) else {
@@ -230,7 +231,7 @@ package final class IOEngine: Sendable {
                 offset: offset
             ),
             offload: offload,
-            keepAlive: keepAlive,
+            keepAlive: consume keepAlive,
             handler: handler
         )
     }
@@ -243,7 +244,7 @@ package final class IOEngine: Sendable {
         into buffers: [UnsafeMutableRawBufferPointer],
         at offset: Int64?,
         offload: Bool = false,
-        keepAlive: (any AnyObject & Sendable)? = nil,
+        keepAlive: consuming (any AnyObject & Sendable)? = nil,
         then handler: @escaping CompletionHandler
     ) -> OperationID {
         guard let offset = Self.validOffset(offset) else {
@@ -253,7 +254,7 @@ package final class IOEngine: Sendable {
         return backend.submit(
             .vector(IOVector(buffers.map { UnsafeRawBufferPointer($0) }), fd: fd, offset: offset, isWrite: false),
             offload: offload,
-            keepAlive: keepAlive,
+            keepAlive: consume keepAlive,
             handler: handler
         )
     }
@@ -271,7 +272,7 @@ package final class IOEngine: Sendable {
         at offset: Int64?,
         completesShort: Bool = false,
         offload: Bool = false,
-        keepAlive: (any AnyObject & Sendable)? = nil,
+        keepAlive: consuming (any AnyObject & Sendable)? = nil,
         then handler: @escaping CompletionHandler
     ) -> OperationID {
         guard let offset = Self.validOffset(offset) else {
@@ -280,7 +281,7 @@ package final class IOEngine: Sendable {
         return backend.submit(
             .vector(IOVector(buffers, completesShort: completesShort), fd: fd, offset: offset, isWrite: true),
             offload: offload,
-            keepAlive: keepAlive,
+            keepAlive: consume keepAlive,
             handler: handler
         )
     }

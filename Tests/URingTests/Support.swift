@@ -154,6 +154,13 @@ final class Buffer: @unchecked Sendable {
     deinit { pointer.deallocate() }
 }
 
+/// Calls `released` when the last reference to it goes.
+final class ReleaseWatch: Sendable {
+    private let released: @Sendable () -> Void
+    init(_ released: @escaping @Sendable () -> Void) { self.released = released }
+    deinit { released() }
+}
+
 /// The number of entries in /proc/self/fd.
 func openDescriptorCount() -> Int {
     guard let dir = opendir("/proc/self/fd") else { return -1 }

@@ -154,17 +154,22 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     var linkedCopies: Bool { false }
     var linkedCopiesKeepOpen: Bool { false }
 
-    func submit(_ op: Op, offload: Bool, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID {
+    func submit(
+        _ op: Op,
+        offload: Bool,
+        keepAlive: consuming AnyObject?,
+        handler: @escaping CompletionHandler
+    ) -> OperationID {
         let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
         let (mode, file) = Self.classifyWrite(op)
         let request: Request
         if let file {
-            request = Request(id: id, op: op, keepAlive: keepAlive) { [self] completion in
+            request = Request(id: id, op: op, keepAlive: consume keepAlive) { [self] completion in
                 leaveWriteLane(file, id: id)
                 handler(completion)
             }
         } else {
-            request = Request(id: id, op: op, keepAlive: keepAlive, handler: handler)
+            request = Request(id: id, op: op, keepAlive: consume keepAlive, handler: handler)
         }
         request.transferMode = mode.rawValue
         let accepted = lock.withLock { () -> Bool in
@@ -262,7 +267,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         }
         guard !joinable.isEmpty else { return }
         let (epollFD, wakeFD, timerFD) = lock.withLock { (self.epollFD, self.wakeFD, self.timerFD) }
-        for request in cancelled { request.handler(IOCompletion(result: request.progress, error: .canceled)) }
+        for request in cancelled { request.complete(IOCompletion(result: request.progress, error: .canceled)) }
         if wakeFD >= 0 {
             var one: UInt64 = 1
             _ = Glibc.write(wakeFD, &one, 8)
@@ -358,7 +363,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                     if res >= 0 { Glibc.close(CInt(res)) }
                     return false
                 }
-                request.handler(completion)
+                request.complete(completion)
                 return true
             case .again:
                 // A cancel that came during the last piece ends the request here, as on io_uring; an open
@@ -374,7 +379,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                 case .retry: continue
                 case .abandoned: return false
                 case .cancelled:
-                    request.handler(IOCompletion(result: request.progress, error: .canceled))
+                    request.complete(IOCompletion(result: request.progress, error: .canceled))
                     return true
                 }
             case .awaitReadiness(let events):
@@ -513,7 +518,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         if noReactor {
             waitWithoutReactor(request, fd: fd, events: events)
         } else if failure != 0 {
-            request.handler(IOCompletion(result: request.progress, error: Errno(rawValue: failure)))
+            request.complete(IOCompletion(result: request.progress, error: Errno(rawValue: failure)))
         } else if readyNow {
             let ready = events & UInt32(POLLIN | POLLOUT)
             becameReady(request, revents: ready == 0 ? events : ready)
@@ -548,8 +553,8 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             return .queued
         }
         switch next {
-        case .cancelled: request.handler(IOCompletion(result: request.progress, error: .canceled))
-        case .completePoll: request.handler(IOCompletion(result: Int(UInt16(bitPattern: pfd.revents))))
+        case .cancelled: request.complete(IOCompletion(result: request.progress, error: .canceled))
+        case .completePoll: request.complete(IOCompletion(result: Int(UInt16(bitPattern: pfd.revents))))
         case .queued: break
         }
     }
@@ -560,7 +565,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     /// Completes a parked poll, or sends a parked transfer back to the pool.
     private func becameReady(_ request: Request, revents: UInt32) {
         if case .pollAdd = request.op {
-            request.handler(IOCompletion(result: Int(revents)))
+            request.complete(IOCompletion(result: Int(revents)))
             return
         }
         let accepted = lock.withLock { () -> Bool in
@@ -568,7 +573,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             requeueReady(request)
             return true
         }
-        if !accepted { request.handler(IOCompletion(result: request.progress, error: .canceled)) }
+        if !accepted { request.complete(IOCompletion(result: request.progress, error: .canceled)) }
     }
 
     /// Sends a transfer whose descriptor is ready back to the run queue, to try its system call at once
@@ -637,9 +642,9 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         }
         for (request, events) in ready {
             if case .pollAdd = request.op {
-                request.handler(IOCompletion(result: Int(events)))
+                request.complete(IOCompletion(result: Int(events)))
             } else {
-                request.handler(IOCompletion(result: request.progress, error: .canceled))
+                request.complete(IOCompletion(result: request.progress, error: .canceled))
             }
         }
     }
@@ -673,7 +678,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             return request
         }
         guard let found else { return -Int(ENOENT) }
-        found.handler(IOCompletion(result: found.progress, error: .canceled))
+        found.complete(IOCompletion(result: found.progress, error: .canceled))
         return 0
     }
 
@@ -700,7 +705,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         }
         switch place {
         case .queued(let request):
-            request.handler(IOCompletion(result: 0, error: .canceled))
+            request.complete(IOCompletion(result: 0, error: .canceled))
             return 0
         case .starting:
             return 0
@@ -731,7 +736,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         }
         switch place {
         case .queued(let request):
-            request.handler(IOCompletion(result: request.progress, error: .canceled))
+            request.complete(IOCompletion(result: request.progress, error: .canceled))
             return 0
         case .running:
             return -Int(EALREADY)
@@ -756,7 +761,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             armTimer()
             return true
         }
-        if !accepted { request.handler(IOCompletion(result: 0, error: .canceled)) }
+        if !accepted { request.complete(IOCompletion(result: 0, error: .canceled)) }
     }
 
     private func removeTimer(_ target: UInt64, matching: (Op) -> Bool = { _ in true }) -> Int {
@@ -765,7 +770,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             return timerRequests.removeValue(forKey: target)
         }
         guard let request = found else { return -Int(ENOENT) }
-        request.handler(IOCompletion(result: 0, error: .canceled))
+        request.complete(IOCompletion(result: 0, error: .canceled))
         return 0
     }
 
@@ -825,7 +830,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             armedDeadline = .min
             armTimer()
         }
-        for request in due { request.handler(IOCompletion(result: 0)) }
+        for request in due { request.complete(IOCompletion(result: 0)) }
     }
 }
 

@@ -302,9 +302,14 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
 
     // MARK: Submission (any thread)
 
-    func submit(_ op: Op, offload: Bool, keepAlive: AnyObject?, handler: @escaping CompletionHandler) -> OperationID {
+    func submit(
+        _ op: Op,
+        offload: Bool,
+        keepAlive: consuming AnyObject?,
+        handler: @escaping CompletionHandler
+    ) -> OperationID {
         let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
-        let request = Request(id: id, op: op, offload: offload, keepAlive: keepAlive, handler: handler)
+        let request = Request(id: id, op: op, offload: offload, keepAlive: consume keepAlive, handler: handler)
         if ringThread.load(ordering: .acquiring) == UInt(pthread_self()) {
             if draining {
                 handler(IOCompletion(result: 0, error: .socketShutdown))
@@ -525,7 +530,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     private func cancelUnsubmitted(_ request: Request) {
         // A request between two steps is still counted in flight: the drain waits for that to empty.
         inFlight[request.id] = nil
-        request.handler(IOCompletion(result: request.progress, error: .canceled))
+        request.complete(IOCompletion(result: request.progress, error: .canceled))
     }
 
     /// A free SQE; when the submission queue is full, the queued ones go to the kernel first.
@@ -615,12 +620,12 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
 
     private func finish(_ request: Request, _ completion: IOCompletion) {
         inFlight[request.id] = nil
-        request.handler(completion)
+        request.complete(completion)
     }
 
     private func prepare(_ request: Request) {
         if case .fail(let error) = request.op {
-            request.handler(IOCompletion(result: 0, error: error))
+            request.complete(IOCompletion(result: 0, error: error))
             return
         }
         // Cancelled before it reached the kernel (see `cancelPending`), or between two steps (a short
@@ -733,7 +738,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             // pipe-max-size, the user's pipe-user-pages limit): the caller copies it the ordinary way.
             copy.outcome = .notStarted
             freeLane(lane)
-            return request.handler(IOCompletion(result: 0))
+            return request.complete(IOCompletion(result: 0))
         }
         inFlight[request.id] = request
         // The whole chain must reach the kernel in one submission: a chain cut in two is two chains.
