@@ -467,8 +467,11 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
     private var fd: CInt = -1
     /// The bytes to write; `written` of them are. The rest is cut out only when a handler needs it: cutting
     /// it after every `writev` cost time in proportion to the regions left, so a buffer of a million small
-    /// regions took a quadratic time to write.
-    private let data: DispatchDataBuffer
+    /// regions took a quadratic time to write. Let go of at the end, before the final call: the caller's
+    /// handler may start work that takes new buffers (dcat's next read) while this operation lives on.
+    private var data: DispatchDataBuffer
+    /// The bytes the write was given (`data`'s count until the end).
+    private let total: Int
     private var offset: Int64?
     private var sinceReport = 0
     private var writing = false
@@ -485,6 +488,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         handler: @escaping Handler
     ) {
         self.data = data
+        self.total = data.count
         self.requestedOffset = offset
         self.handler = handler
         super.init(channel: channel, settings: settings, queue: queue)
@@ -498,7 +502,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
     /// write queued behind a barrier that waited for a read of another file held that read for good).
     override func enqueued(behindBarrier: Bool) {
         guard !behindBarrier, lock.withLock({ takeCount() }) else { return }
-        WriteBacklog.shared.add(data.count)
+        WriteBacklog.shared.add(total)
     }
 
     /// Whether the write is to be added to the backlog now: once, unless it has ended. Lock held.
@@ -520,17 +524,20 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
     override var isWrite: Bool { true }
 
     /// What is still to be written. Lock held.
-    private var remaining: DispatchDataBuffer { data.subdata(in: written..<data.count) }
+    private var remaining: DispatchDataBuffer { data.subdata(in: written..<total) }
 
     /// Fails before starting: `(true, data, error)` (B19).
     override func fail(_ error: Errno) {
         let (data, wasCounted) = lock.withLock { () -> (DispatchDataBuffer, Bool) in
             finalDelivered = true
             reportedFinished = true
-            defer { counted = false }
+            defer {
+                counted = false
+                self.data = DispatchDataBuffer()
+            }
             return (remaining, counted)
         }
-        if wasCounted { WriteBacklog.shared.remove(self.data.count) }
+        if wasCounted { WriteBacklog.shared.remove(total) }
         let handler = self.handler
         deliverFinal { handler(true, data, error) }
     }
@@ -548,7 +555,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
             }
             return takeCount()
         }
-        if count { WriteBacklog.shared.add(data.count) }
+        if count { WriteBacklog.shared.add(total) }
         progress()
     }
 
@@ -558,11 +565,11 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         var release = 0
         lock.withLock {
             // A stop that came while the last chunk was in the kernel finds the write done: it succeeded.
-            if !ended && stopped && !writing && written < data.count {
+            if !ended && stopped && !writing && written < total {
                 end(error: .canceled)
             }
             if !ended && !writing {
-                if written == data.count {
+                if written == total {
                     end(error: nil)
                 } else {
                     let piece = gather()
@@ -576,14 +583,14 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
             swap(&release, &backlogToRelease)
         }
         if release > 0 { WriteBacklog.shared.remove(release) }
-        if let chunk { submit(chunk.data, token: chunk.token) }
+        if let (piece, token) = chunk.take() { submit(consume piece, token: token) }
         if finished { reportFinishedIfDone() }
     }
 
     /// The next piece to write: the first bytes up to the chunk size and the high water mark (B26), cut
     /// where the regions would not fit one `writev`. Regions are split, never copied.
     private func gather() -> DispatchDataBuffer {
-        let limit = min(IOTuning.writeChunk, max(settings.highWater, 1), data.count - written)
+        let limit = min(IOTuning.writeChunk, max(settings.highWater, 1), total - written)
         var size = 0
         var regions = 0
         while regions < IOTuning.maxIOVecs && size < limit {
@@ -595,7 +602,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         return data.subdata(in: written..<written + min(size, limit))
     }
 
-    private func submit(_ chunk: DispatchDataBuffer, token: Int) {
+    private func submit(_ chunk: consuming DispatchDataBuffer, token: Int) {
         let buffers = chunk.regions.map(\.bytes)
         let position = lock.withLock { offset }
         // A pipe or socket takes what its buffer holds per system call. Progress is reported per call, as
@@ -609,7 +616,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
             from: buffers,
             at: position,
             completesShort: reportsWithin,
-            keepAlive: KeepAlive(data: chunk)
+            keepAlive: KeepAlive(data: consume chunk)
         ) { [self] completion in
             lock.withLock {
                 inFlight[token] = nil
@@ -621,7 +628,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
                 sinceReport += count
                 if let error = completion.error {
                     end(error: error)
-                } else if written < data.count && sinceReport >= max(settings.lowWater, 1) {
+                } else if written < total && sinceReport >= max(settings.lowWater, 1) {
                     sinceReport = 0
                     deliver(done: false, data: remaining, error: nil)
                 }
@@ -643,13 +650,12 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
             // not by a block on the handler queue: a queue that is suspended, or busy waiting for a read,
             // would hold back every read in the process behind this finished write.
             counted = false
-            backlogToRelease = data.count
+            backlogToRelease = total
         }
-        if let error {
-            deliver(done: true, data: remaining, error: error)
-        } else {
-            deliver(done: true, data: nil, error: nil)
-        }
+        // Let go of before the final call is queued, which may run on another thread at once.
+        let unwritten = error == nil ? nil : remaining
+        data = DispatchDataBuffer()
+        deliver(done: true, data: unwritten, error: error)
         finalDelivered = true
     }
 
