@@ -154,12 +154,7 @@ final class Concatenator: @unchecked Sendable {
         let regular = fstat(STDOUT_FILENO, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
         if info.st_mode & S_IFMT == S_IFIFO { growPipe(STDOUT_FILENO) }
         positionedOutput = regular && fcntl(STDOUT_FILENO, F_GETFL) & O_APPEND == 0
-        // The POSIX engine holds more buffers at once (14 of 1 MiB where io_uring held at most 10, counted
-        // in one run; its writes wait in its pool's queue behind reads): with 2 MiB windows a hundred 10 MB
-        // files to /dev/null peaked at 15.7–17.8 MiB, over the 16 MiB the tools promise, and with 1 MiB
-        // windows at 9.3–10.4 MiB (6 runs each), in 1.21× the time (238 against 197 ms, cat 294; 10 rounds
-        // in turn). The fallback keeps the bound.
-        readWindow = regular || IOEngine.shared.kind == .posix ? fileOutputWindow : window
+        readWindow = regular ? fileOutputWindow : window
         joinsWrites = info.st_mode & S_IFMT != S_IFSOCK || isStreamSocket(STDOUT_FILENO)
         outputStart = positionedOutput ? lseek(STDOUT_FILENO, 0, SEEK_CUR) : 0
         cursor = positionedOutput ? OutputCursor(start: outputStart, sizeAtStart: info.st_size) : nil
@@ -744,10 +739,12 @@ final class FileRun: @unchecked Sendable {
             // does, and that inner pump only drops windows: it cannot drain, place a message or end a file
             // before the writes under way have ended, and the last of those ends the process.)
             assert(!write.data.isEmpty)
+            // The handler lives as long as the write operation: it holds the count, not the bytes.
+            let reserve = write.reserve
             concatenator.writeWindow(write.data) { [self] in
                 state.withLock { state in
                     state.writing -= 1
-                    state.reserved -= write.reserve
+                    state.reserved -= reserve
                 }
                 pump()
             }
@@ -840,7 +837,11 @@ final class FileRun: @unchecked Sendable {
                 guard let position = state.files.firstIndex(where: { $0.id == id }) else { return }
                 state.files[position].arrived[index] = Window(
                     length: length,
-                    data: collected.withLock { $0 },
+                    // Taken out: the handler, and `collected` with it, lives as long as the read operation.
+                    data: collected.withLock { collected in
+                        defer { collected = DispatchDataBuffer() }
+                        return collected
+                    },
                     error: error
                 )
                 state.files[position].reading -= 1
