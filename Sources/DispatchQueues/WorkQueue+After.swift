@@ -7,7 +7,10 @@ extension WorkQueue {
     /// on a sleeping thread. `work` is submitted at or after `deadline` and, unless the machine is
     /// overloaded, no later than `deadline + leeway`: a leeway lets it be batched with other timers. Unlike
     /// libdispatch, which on Linux ignores leeway and defaults it to 10 % of the delay elsewhere, the
-    /// default is zero. A deadline in the past submits at once.
+    /// default is zero. A deadline in the past submits at once; one too far to represent (past about 292
+    /// years after boot, such as `.now + .seconds(Int64.max)`) never comes, as libdispatch's overflowing
+    /// times mean forever (C23). Deadlines are on `ContinuousClock`, which on Linux is `CLOCK_BOOTTIME`:
+    /// time the machine spends suspended counts toward them, where libdispatch's `CLOCK_MONOTONIC` does not.
     ///
     /// - Parameters:
     ///   - deadline: The earliest time `work` may be submitted.

@@ -27,6 +27,28 @@ enum TimerEngine: String, CaseIterable, CustomStringConvertible, Sendable {
 
 @Suite("EventSource timers", .timeLimit(.minutes(1)))
 struct EventSourceTimerTests {
+    // C23: a deadline too far to represent never comes (it trapped converting to the engine's clock, or
+    // fired at once on the POSIX engine). A near timer on the same queue fires, and the far one has not.
+    @Test("a deadline too far to represent never fires", arguments: TimerEngine.allCases)
+    func farDeadline(engine kind: TimerEngine) {
+        kind.run { engine in
+            let queue = WorkQueue(label: "far")
+            let source = EventSource.makeTimerSource(queue: queue, engine: engine)
+            let fired = Atomic<Int>(0)
+            source.setEventHandler { fired.add(1, ordering: .relaxed) }
+            source.schedule(deadline: .now + .seconds(Int64.max), repeating: .seconds(Int64.max))
+            source.activate()
+            let near = WorkSemaphore(value: 0)
+            queue.asyncAfter(deadline: .now + .seconds(10_000_000_000)) { fired.add(1, ordering: .relaxed) }
+            queue.asyncAfter(deadline: .now + .seconds(Int64.max)) { fired.add(1, ordering: .relaxed) }
+            queue.asyncAfter(deadline: .now + .milliseconds(30)) { near.signal() }
+            expectSignalled(near)
+            queue.sync {}
+            #expect(fired.load(ordering: .relaxed) == 0)
+            source.cancel()
+        }
+    }
+
     // D26: fires at start + k·interval, never early, no drift.
     @Test("repeating timer: never early, on schedule", arguments: TimerEngine.allCases)
     func onSchedule(engine kind: TimerEngine) {

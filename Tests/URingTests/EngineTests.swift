@@ -679,6 +679,22 @@ struct EngineTests {
         }
     }
 
+    /// C23: a deadline too far to represent waits for ever. `.now + .seconds(Int64.max)` trapped in the
+    /// conversion to the boot-time clock, and one past 292 years after boot wrapped negative and fired at
+    /// once on the POSIX engine. Each must still be pending after a near timeout has fired, and removable.
+    @Test(arguments: EngineKind.allCases)
+    func aDeadlineTooFarToRepresentNeverComes(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            for far in [Duration.seconds(Int64.max), .seconds(10_000_000_000), .seconds(Int64.max / 1_000_000_000)] {
+                let timeout = Pending { engine.timeout(deadline: .now + far, then: $0) }
+                _ = await complete { engine.timeout(deadline: .now + .milliseconds(20), then: $0) }
+                #expect(!timeout.isDone, "+\(far) fired")
+                _ = await complete { engine.removeTimeout(timeout.id!, then: $0) }
+                #expect(await timeout.value.error == .canceled)
+            }
+        }
+    }
+
     @Test(arguments: EngineKind.allCases)
     func removingATimeoutCompletesItWithECANCELED(kind: EngineKind) async throws {
         try await withEngine(kind) { engine in

@@ -810,7 +810,10 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             }
             var now = timespec()
             clock_gettime(CLOCK_MONOTONIC, &now)
-            let until = Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec) + left
+            // (A deadline that never comes, `BootTime.latestSecond`, stays in range: the monotonic clock is
+            // never ahead of the boot-time one.)
+            let (sum, overflow) = (Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)).addingReportingOverflow(left)
+            let until = overflow ? Int64.max : sum
             lock.wait(
                 on: timersChanged,
                 until: timespec(tv_sec: Int(until / 1_000_000_000), tv_nsec: Int(until % 1_000_000_000))

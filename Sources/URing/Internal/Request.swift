@@ -355,12 +355,24 @@ final class StatxBox: @unchecked Sendable {
 final class BootTime: @unchecked Sendable {
     let pointer: UnsafeMutablePointer<__kernel_timespec>
 
+    /// The latest deadline kept, in seconds since boot (about 292 years): its nanoseconds still fit an
+    /// `Int64`, and the kernel's timers stop there too (`KTIME_SEC_MAX`). A deadline past it never comes,
+    /// as an overflowing time means forever for libdispatch (C23): `.now + .seconds(Int64.max)` used to
+    /// trap in the sum below, and a deadline past 292 years wrapped negative and fired at once on the POSIX
+    /// engine.
+    static let latestSecond = Int64.max / 1_000_000_000
+
     /// Converts `deadline`. The boot-time clock is read after the continuous one, so the converted
     /// deadline is never earlier than the one asked for.
     init(_ deadline: ContinuousClock.Instant) {
         let remaining = deadline - ContinuousClock.now
         var now = timespec()
         clock_gettime(CLOCK_BOOTTIME, &now)
+        pointer = .allocate(capacity: 1)
+        guard remaining < .seconds(Self.latestSecond - Int64(now.tv_sec) - 1) else {
+            pointer.initialize(to: __kernel_timespec(tv_sec: Self.latestSecond, tv_nsec: 0))
+            return
+        }
         let (seconds, attoseconds) = remaining.components
         var sec = Int64(now.tv_sec) + seconds
         // Round partial nanoseconds up, so that rounding never makes a deadline early.
@@ -377,7 +389,6 @@ final class BootTime: @unchecked Sendable {
             sec = 0
             nsec = 0
         }
-        pointer = .allocate(capacity: 1)
         pointer.initialize(to: __kernel_timespec(tv_sec: sec, tv_nsec: nsec))
     }
 
