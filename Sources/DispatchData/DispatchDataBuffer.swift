@@ -30,8 +30,9 @@ import Musl
 /// - ``region(location:)`` returns ``empty`` with offset ``count`` for a location at or past the end (A15); a
 ///   negative location traps.
 /// - The subscript traps for an index outside `0 ..< count`, like every Swift collection (A17).
-/// - The `copyBytes` methods trap for negative counts, ranges outside the buffer and destinations too small for
-///   what was asked, naming the misuse (A17).
+/// - The `copyBytes` methods trap for negative counts and ranges outside the buffer, naming the misuse (A17).
+///   Those given a count or a range trap for a destination too small for it; the one given a typed buffer
+///   pointer copies what fits and returns how many bytes that was, as the toolchain's does.
 /// - Creating a buffer from a `nil` address or zero bytes gives ``empty`` (A5).
 ///
 /// Traps stop the process with a message that names the misuse, in optimised builds too (see `require`); none

@@ -66,8 +66,9 @@ extension IOChannel {
     /// Writes all of `data` to a descriptor at its current position, with one handler call.
     ///
     /// The handler runs exactly once, on `queue`: `(nil, nil)` when everything was written, `(remaining,
-    /// error)` otherwise, and `(nil, EBADF)` for an invalid descriptor (B54). It runs once every channel on
-    /// the descriptor is closed and idle (B57).
+    /// error)` when a write failed, and `(nil, error)` when the descriptor cannot be written at all: `EBADF`
+    /// for an invalid one (B54), `EISDIR` for a directory. It runs once every channel on the descriptor is
+    /// closed and idle (B57).
     ///
     /// - Parameters:
     ///   - fileDescriptor: The descriptor; it is not closed.

@@ -202,7 +202,8 @@ public final class IOChannel: Sendable {
     ///
     /// - zero or more `(false, data, nil)` calls with the data read since the last call, each at least the
     ///   low water mark and at most the high water mark in size (B24), or anything buffered at a strict
-    ///   interval, possibly empty (B27);
+    ///   interval, possibly empty (B27). At end of file or on an error, what is buffered below the low
+    ///   water mark comes in one more such call before the final one;
     /// - then exactly one final call: `(true, rest, nil)` when `length` bytes were read (the rest may be
     ///   empty: an exact-length read of a file is one call, B16); `(true, empty, nil)` at end of file
     ///   (B17); `(true, nil, error)` on an error, after a `(false, data, nil)` call with anything buffered
@@ -368,8 +369,8 @@ public final class IOChannel: Sendable {
         }
     }
 
-    /// Calls the handlers of operations submitted afterwards at least every `interval` (B27), from when
-    /// each is queued until it ends, on its handler queue.
+    /// Ticks every `interval` (B27) for operations submitted afterwards, from when each is queued until it
+    /// ends; a tick calls the handler on its handler queue as the flags say.
     ///
     /// With `.strictInterval` every tick calls the handler, `done` false: a read receives whatever was read
     /// since its last call, even nothing; a write receives the bytes it has still to write, the same ones

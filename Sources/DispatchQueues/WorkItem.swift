@@ -40,7 +40,8 @@ public final class WorkItem: @unchecked Sendable {
     ///
     /// - Parameters:
     ///   - flags: `.barrier` to run it as a barrier when submitted to a concurrent queue.
-    ///   - block: Runs at most once per run of the item.
+    ///   - block: Runs at most once per run of the item, and receives nothing: on the queue the item was
+    ///     submitted to, or on the calling thread for ``perform()``; never once the item is cancelled.
     public init(flags: Flags = [], block: @escaping @Sendable () -> Void) {
         self.flags = flags
         self.block = block
@@ -95,7 +96,8 @@ public final class WorkItem: @unchecked Sendable {
         register(queue, flags.contains(.barrier) ? .barrier(work) : .block(work))
     }
 
-    /// Submits `workItem` to `queue` after this item completes.
+    /// Submits `workItem` to `queue`, once, after this item completes (at once if it already has); it runs
+    /// there as any submitted item does.
     public func notify(queue: WorkQueue, execute workItem: WorkItem) {
         register(queue, .item(workItem))
     }

@@ -203,6 +203,7 @@ public final class WorkQueue: @unchecked Sendable {
     }
 
     /// Submits `work` with flags: `.barrier` makes it a barrier on a concurrent queue (SEMANTICS C6, C7).
+    /// `work` runs once, on this queue, and receives nothing.
     public func async(flags: WorkItem.Flags, execute work: @escaping @Sendable () -> Void) {
         submit(flags.contains(.barrier) ? .barrier(work) : .block(work))
     }
