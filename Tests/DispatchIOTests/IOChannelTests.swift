@@ -1371,35 +1371,38 @@ final class IOChannelTests {
     }
 
     /// B34–B36 → ours: the engine never blocks a thread on a descriptor, so a channel leaves the
-    /// descriptor's flags exactly as it found them, during I/O and after cleanup.
+    /// descriptor's flags exactly as it found them, during I/O and after cleanup: a pipe set non-blocking
+    /// stays so, and a blocking one is not made non-blocking (libdispatch sets `O_NONBLOCK`, B35).
     @Test(arguments: EngineKind.allCases)
     func descriptorFlagsAreLeftAlone(kind: EngineKind) async throws {
-        let pipe = makePipe()
-        defer {
-            try? pipe.read.close()
-            try? pipe.write.close()
+        for flags in [O_NONBLOCK, 0] {
+            let pipe = makePipe()
+            defer {
+                try? pipe.read.close()
+                try? pipe.write.close()
+            }
+            _ = fcntl(pipe.read.rawValue, F_SETFL, flags)
+            let before = fcntl(pipe.read.rawValue, F_GETFL)
+            let cleaned = Promise<Errno?>()
+            let channel = IOChannel(
+                type: .stream,
+                fileDescriptor: pipe.read,
+                queue: WorkQueue(label: "c"),
+                engine: Engines.get(kind),
+                cleanupHandler: cleanup(cleaned)
+            )
+            channel.setLimit(lowWater: 1)
+            let recorder = Recorder()
+            channel.read(offset: 0, length: 4, queue: recorder.queue, handler: recorder.handler)
+            await settle(Engines.get(kind))
+            #expect(fcntl(pipe.read.rawValue, F_GETFL) == before, "flags \(flags)")
+            _ = try pipe.write.writeAll(Array("data".utf8))
+            _ = await recorder.wait()
+            #expect(recorder.bytes == Array("data".utf8))
+            channel.close()
+            _ = await cleaned.get()
+            #expect(fcntl(pipe.read.rawValue, F_GETFL) == before, "flags \(flags)")
         }
-        _ = fcntl(pipe.read.rawValue, F_SETFL, O_NONBLOCK)
-        let before = fcntl(pipe.read.rawValue, F_GETFL)
-        let cleaned = Promise<Errno?>()
-        let channel = IOChannel(
-            type: .stream,
-            fileDescriptor: pipe.read,
-            queue: WorkQueue(label: "c"),
-            engine: Engines.get(kind),
-            cleanupHandler: cleanup(cleaned)
-        )
-        channel.setLimit(lowWater: 1)
-        let recorder = Recorder()
-        channel.read(offset: 0, length: 4, queue: recorder.queue, handler: recorder.handler)
-        await settle(Engines.get(kind))
-        #expect(fcntl(pipe.read.rawValue, F_GETFL) == before)
-        _ = try pipe.write.writeAll(Array("data".utf8))
-        _ = await recorder.wait()
-        #expect(recorder.bytes == Array("data".utf8))
-        channel.close()
-        _ = await cleaned.get()
-        #expect(fcntl(pipe.read.rawValue, F_GETFL) == before)
     }
 
     // MARK: Bad inputs
