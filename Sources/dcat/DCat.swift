@@ -256,6 +256,12 @@ final class Concatenator: @unchecked Sendable {
             }
             fd = STDIN_FILENO
         } else {
+            // `/dev/stdin` with descriptor 0 closed dangles for cat; here it would read the /dev/null that
+            // fills it.
+            if standardDescriptors.namesAFilledDescriptor(path) != nil {
+                files.drain()
+                return report(path, .noSuchFileOrDirectory)
+            }
             // Opening moves no file data: a plain open gives cat's errors (ENOENT, EACCES) at once.
             files.reserveDescriptor()
             var opened = openInput(path, files)

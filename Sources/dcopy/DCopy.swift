@@ -93,7 +93,7 @@ struct DCopy: ParsableCommand {
         let copier = Copier(
             options: options,
             showProgress: progress && isatty(STDERR_FILENO) == 1,
-            outputWasClosed: standard.outputWasClosed
+            standardDescriptors: standard
         )
         Glibc.exit(copier.run(words.operands))
     }
@@ -346,6 +346,8 @@ struct FileBacklog {
 /// Copies sources to a destination, as cp does.
 final class Copier: @unchecked Sendable {
     let options: Options
+    /// The standard descriptors the process started without (nil in tests that make a copier).
+    private let standardDescriptors: StandardDescriptors?
     let engine = IOEngine.shared
     /// Where files' completions run: one serial queue per core, a file on one of them. Serial queues take
     /// the channels' handlers directly (a concurrent queue needs a private serial queue per operation to
@@ -384,12 +386,16 @@ final class Copier: @unchecked Sendable {
     /// on another thread in between would get the wrong mode.
     private let umaskAtStart: mode_t
 
-    init(options: Options, showProgress: Bool, outputWasClosed: Bool = false) {
+    init(options: Options, showProgress: Bool, standardDescriptors: StandardDescriptors? = nil) {
         self.options = options
+        self.standardDescriptors = standardDescriptors
         let mask = umask(0)
         umask(mask)
         umaskAtStart = mask
-        messages = Messages(outputWasClosed: outputWasClosed, clearingProgress: showProgress)
+        messages = Messages(
+            outputWasClosed: standardDescriptors?.outputWasClosed ?? false,
+            clearingProgress: showProgress
+        )
         let messages = self.messages
         meter = showProgress ? ProgressMeter(drawing: { messages.onPrinter($0) }) : nil
     }
@@ -426,7 +432,13 @@ final class Copier: @unchecked Sendable {
         }
         let sources = paths.dropLast()
         var targetInfo = stat()
-        let targetFound = stat(target.cString, &targetInfo) == 0
+        // A name for a descriptor the process started without dangles, as for cp (see `copy`).
+        let targetFound =
+            standardDescriptors?.namesAFilledDescriptor(target) != nil
+            ? {
+                errno = ENOENT
+                return false
+            }() : stat(target.cString, &targetInfo) == 0
         let targetIsDirectory = targetFound && targetInfo.st_mode & S_IFMT == S_IFDIR
         if sources.count > 1 && !targetIsDirectory {
             return fail("target \(target.quoted)", targetFound ? .notDirectory : Errno(rawValue: errno))
@@ -543,6 +555,12 @@ final class Copier: @unchecked Sendable {
         // A source in the target that an earlier source's copy is making is there once that copy ends, as
         // cp's order has it (`dcopy -r t/y e/y/x e` said `cannot stat 'e/y/x'`).
         if topLevel && isBeingMade(source) { running.wait() }
+        // `/dev/stdin`, `/dev/fd/1` and the like name a descriptor the process started without: cp finds
+        // them dangling, where here they would open the /dev/null that fills the descriptor (`dcopy
+        // /dev/stdin a <&-` emptied `a`, and `dcopy a /dev/stdout >&-` wrote nowhere with status 0).
+        if topLevel && standardDescriptors?.namesAFilledDescriptor(source) != nil {
+            return fail("cannot stat \(source.quoted)", .noSuchFileOrDirectory)
+        }
         var info = stat()
         // With -r, links are copied as links (cp's -P default for -R); without it they are followed.
         let rc = options.recursive ? lstat(source.cString, &info) : stat(source.cString, &info)
@@ -553,6 +571,15 @@ final class Copier: @unchecked Sendable {
         if info.st_mode & S_IFMT == S_IFDIR && !options.recursive {
             fail("-r not specified; omitting directory \(source.quoted)")
             return
+        }
+        // (A directory meets the name itself, as cp's does.)
+        if topLevel && info.st_mode & S_IFMT != S_IFDIR,
+            let name = standardDescriptors?.namesAFilledDescriptor(destination)
+        {
+            switch name {
+            case .link: return fail("not writing through dangling symlink \(destination.quoted)")
+            case .entry: return fail("cannot create regular file \(destination.quoted)", .noSuchFileOrDirectory)
+            }
         }
         if topLevel && !isFirstMention(of: source, info) { return }
         if topLevel && !settle(destination, for: source, isDirectory: info.st_mode & S_IFMT == S_IFDIR) { return }

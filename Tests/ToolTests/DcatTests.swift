@@ -57,6 +57,19 @@ struct DcatTests {
         }
     }
 
+    // With descriptor 0 closed, `/dev/stdin` and `/dev/fd/0` dangle for cat; dcat fills the descriptor with
+    // /dev/null, and read them as empty files with status 0 (helper-43).
+    @Test func namesOfAClosedStandardInputDangle() throws {
+        try inScratch { scratch in
+            let (cat, dcat) = try both(scratch, "/dev/stdin $FIX/text/hello.txt /dev/fd/0 /proc/self/fd/0 <&-")
+            #expect(cat.status == 1)
+            #expect(dcat.stderr.hasPrefix("dcat: /dev/stdin: No such file or directory\n"))
+            #expect(dcat.status == cat.status)
+            #expect(dcat.stdout == cat.stdout)
+            #expect(dcat.stderr == renamed(cat.stderr, from: "cat", to: "dcat"))
+        }
+    }
+
     @Test func aFileWhoseNameIsNotUTF8() throws {
         try inScratch { scratch in
             // Bytes 0xFF 0xFE: a String of the name would hold U+FFFD instead, which names no file.

@@ -911,6 +911,25 @@ struct DcopyTests {
         }
     }
 
+    // With a standard descriptor closed, its names (`/dev/stdin`, `/dev/fd/1`) dangle for cp. dcopy fills
+    // such a descriptor with /dev/null, and `dcopy /dev/stdin a <&-` copied that over `a` with status 0,
+    // and `dcopy a /dev/stdout >&-` wrote into it (helper-43).
+    @Test func namesOfAClosedStandardDescriptorDangle() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "seq 3 > a",
+                "%cp /dev/stdin a <&-; echo $?; %cp a /dev/stdout >&-; echo $?; %cp /dev/fd/0 b <&-; echo $?; "
+                    + "%cp a /proc/self/fd/1 >&-; echo $?; %cp a /dev/fd/1 >&-; echo $?",
+                check: Self.listing
+            )
+            #expect(result.ours.text == "1\n1\n1\n1\n1\n")
+            #expect(result.ours.stderr.hasPrefix("dcopy: cannot stat '/dev/stdin': No such file or directory\n"))
+            #expect(result.oursCheck.text.hasPrefix("./a file 644 6 "))
+            expectSame(result)
+        }
+    }
+
     @Test func danglingSymlinkDestinationIsNotWrittenThrough() throws {
         try inScratch { scratch in
             // cp: not writing through dangling symlink 'link' (a new file is created with O_EXCL).
