@@ -683,7 +683,7 @@ final class Copier: @unchecked Sendable {
             fail(sameFileRefusal(source, destination))
             return
         }
-        if topLevel, let message = Self.intoItself(source, destination) {
+        if topLevel, let message = Self.intoItself(source, destination, sourceID: FileID(info)) {
             fail(message)
             return
         }
@@ -1011,15 +1011,43 @@ final class Copier: @unchecked Sendable {
         withUnsafeBytes(of: entry.pointee.d_name) { PathName($0.bindMemory(to: CChar.self).baseAddress!) }
     }
 
-    /// cp's refusal to copy a directory into itself, when `destination` would lie inside `source`.
-    static func intoItself(_ source: PathName, _ destination: PathName) -> String? {
-        guard let resolvedSource = source.resolved, let resolvedParent = destination.parent.resolved else {
-            return nil
+    /// cp's refusal to copy a directory into itself, when `destination` would lie inside `source`: by its
+    /// path, or by the identity of one of the destination's directories. The same directory can have two
+    /// paths (a bind mount), and the copy of `m` into `s`, `m` a bind mount of `s`, found its own new
+    /// directory in the source and copied it into itself, 2,048 levels deep until names grew too long, with
+    /// the source's files in each (helper-43); cp refuses it before it starts.
+    static func intoItself(_ source: PathName, _ destination: PathName, sourceID: FileID) -> String? {
+        let message = "cannot copy a directory, \(source.quoted), into itself, \(destination.quoted)"
+        if let resolvedSource = source.resolved, let resolvedParent = destination.parent.resolved,
+            resolvedParent.appending(destination.lastComponent).isWithin(resolvedSource)
+        {
+            return message
         }
-        if resolvedParent.appending(destination.lastComponent).isWithin(resolvedSource) {
-            return "cannot copy a directory, \(source.quoted), into itself, \(destination.quoted)"
+        return hasAncestor(destination.parent, sourceID) ? message : nil
+    }
+
+    /// Whether `directory`, or a directory above it (by `..`, up to the root), is the file `ancestor`.
+    private static func hasAncestor(_ directory: PathName, _ ancestor: FileID) -> Bool {
+        var fd = open(directory.cString, openPath | O_DIRECTORY | O_CLOEXEC)
+        while fd >= 0 {
+            var info = stat()
+            guard fstat(fd, &info) == 0 else { break }
+            if FileID(info) == ancestor {
+                close(fd)
+                return true
+            }
+            let parent = openat(fd, "..", openPath | O_DIRECTORY | O_CLOEXEC)
+            var parentInfo = stat()
+            close(fd)
+            // The root is its own parent.
+            if parent >= 0 && fstat(parent, &parentInfo) == 0 && FileID(parentInfo) == FileID(info) {
+                close(parent)
+                return false
+            }
+            fd = parent
         }
-        return nil
+        if fd >= 0 { close(fd) }
+        return false
     }
 
     /// Bytes of regular files under `path`, for the progress bar's total.

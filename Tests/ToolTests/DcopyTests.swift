@@ -930,6 +930,29 @@ struct DcopyTests {
         }
     }
 
+    // A directory copied into itself through a second path to it, a bind mount: its copy appeared in the
+    // source as it was made, and was copied into itself 2,048 levels deep with the source's files in each
+    // (helper-43). dcopy now refuses as cp does, by the identity of the destination's directories, and, as
+    // for a copy into itself by its path, before it copies anything (cp copies one level first).
+    @Test(.enabled(if: canMountPrivately, "bind-mounts a directory in a mount namespace of its own"))
+    func aDirectoryIsNotCopiedIntoItselfThroughABindMount() throws {
+        try inScratch { scratch in
+            let script = """
+                rm -rf s m; mkdir -p s/d m; echo x > s/f
+                unshare -m --propagation private bash -c '
+                mount --bind s m || exit 99
+                "$T" -r m s; echo $?; "$T" -r m/ s/new; echo $?; "$T" -r s/d m/d/x; echo $?
+                find s | LC_ALL=C sort' 2>&1
+                """
+            let cp = try scratch.run("export T=cp; " + script)
+            let ours = try scratch.run("export T=\"$DCOPY\"; " + script)
+            let messages = { (outcome: Outcome) in outcome.text.split(separator: "\n").filter { !$0.hasPrefix("s") } }
+            #expect(messages(cp).contains("cp: cannot copy a directory, 'm', into itself, 's/m'"))
+            #expect(messages(ours) == messages(cp).map { renamed(String($0), from: "cp", to: "dcopy")[...] })
+            #expect(ours.text.hasSuffix("1\ns\ns/d\ns/f\n"))
+        }
+    }
+
     @Test func danglingSymlinkDestinationIsNotWrittenThrough() throws {
         try inScratch { scratch in
             // cp: not writing through dangling symlink 'link' (a new file is created with O_EXCL).
