@@ -414,8 +414,9 @@ package final class IOEngine: Sendable {
     /// outcomes, except that a file the ring cannot splice is ``FileCopyOutcome/incomplete`` there.
     ///
     /// `length` is the size the caller found (its `statx`); the copy does not read past it. A source
-    /// that no longer holds exactly `length` bytes is reported as ``FileCopyOutcome/incomplete`` rather
-    /// than copied in part, and the caller copies it again the ordinary way.
+    /// that no longer holds exactly `length` bytes once they are moved (it grew, or it was cut, which
+    /// zeroes the end of the pages being moved) is reported as ``FileCopyOutcome/incomplete`` rather than
+    /// copied in part, and the caller copies it again the ordinary way.
     ///
     /// The handler runs exactly once, on an engine thread (see ``CompletionHandler``). The copy cannot be
     /// cancelled on its own; after ``shutdown()`` it ends as `.failed(.openSource, …)` with `ECANCELED` or
@@ -433,7 +434,7 @@ package final class IOEngine: Sendable {
     ///   - flags: How to open the destination, for example `O_WRONLY | O_CREAT | O_EXCL`. `O_CLOEXEC` is
     ///     added to ordinary descriptors, and left out of registered ones (which refuse it).
     ///   - length: Bytes to copy, 0 through ``wholeFileCopyLimit``. With 0 nothing is transferred: the
-    ///     destination is made, and the probe past the end is a read at offset 0, so that a file whose size
+    ///     destination is made, and the probe is a read of one byte at offset 0, so that a file whose size
     ///     says 0 but that holds bytes (a /proc file, or one written since) is ``FileCopyOutcome/incomplete``.
     ///   - keepOpen: Leave both files open when the copy succeeds (``FileCopyOutcome/copiedOpen(source:destination:)``),
     ///     for the caller to finish (`fchown`, `fchmod`, `futimens`) and close. On io_uring the chain then
@@ -585,13 +586,14 @@ private final class StepwiseCopy: @unchecked Sendable {
         }
     }
 
-    /// One byte past the expected end tells whether the source grew since its size was taken.
+    /// The last byte expected and the one after it tell whether the source grew or shrank since its size
+    /// was taken (see `LinkedCopy.probeOffset`).
     private func probe() {
-        let probe = UnsafeMutableRawBufferPointer(start: copy.probe, count: 1)
-        engine.read(sourceFD, into: probe, at: Int64(copy.length), keepAlive: self) { [self] extra in
+        let probe = UnsafeMutableRawBufferPointer(start: copy.probe, count: Int(copy.probeLength))
+        engine.read(sourceFD, into: probe, at: Int64(copy.probeOffset), keepAlive: self) { [self] extra in
             if let error = extra.error {
                 outcome = .failed(.read, error)
-            } else if extra.result != 0 {
+            } else if extra.result != Int(copy.probeExpects) {
                 outcome = .incomplete
             }
             closeSource()

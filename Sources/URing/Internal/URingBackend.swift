@@ -721,7 +721,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     /// without posting theirs (the kernel skips a failed chain's completions when the failing request
     /// asked to skip its own). So a copy ends with either one completion from steps 1–4, or with both the
     /// probe's and the last close's (and, kept open, both installs'). The probe, the installs and the first
-    /// close are hard links: the probe "fails" whenever it finds the end of the file (0 bytes where 1 was
+    /// close are hard links: the probe "fails" whenever it finds the end of the file (1 byte where 2 were
     /// asked), and the rest must run after it either way.
     private func prepareCopy(_ request: Request, _ copy: LinkedCopy) {
         guard let lane = takeLane(for: copy.length) else { return copiesWaiting.append(request) }
@@ -785,7 +785,9 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
                 io_uring_prep_splice($0, pipeRead, -1, CInt(destination), 0, length, fixedInput)
             }
         }
-        add(5, hardLink | fixed) { io_uring_prep_read($0, CInt(source), copy.probe, 1, UInt64(copy.length)) }
+        add(5, hardLink | fixed) {
+            io_uring_prep_read($0, CInt(source), copy.probe, copy.probeLength, copy.probeOffset)
+        }
         // Kept open: each file gets an ordinary descriptor before its slot is closed (the descriptor holds
         // the file; closing the slot only drops the table's reference).
         if copy.keepsOpen { add(8, hardLink) { curing_prep_fixed_fd_install($0, source) } }
@@ -870,7 +872,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
         } else if copy.closeResult < 0 && !copy.keepsOpen {
             // (Kept open, the slot's close only dropped the table's reference: nothing was flushed.)
             copy.outcome = .failed(.closeDestination, error(copy.closeResult))
-        } else if copy.probeResult > 0 || copy.installedSource < 0 || copy.installedDestination < 0 {
+        } else if copy.probeResult != copy.probeExpects || copy.installedSource < 0 || copy.installedDestination < 0 {
             // A descriptor that could not be installed (EMFILE): the ordinary path reports it.
             copy.outcome = .incomplete
         }
