@@ -283,4 +283,49 @@ final class IOChannelContractTests {
         c.close()
         #expect(await cCleaned.get() == nil)
     }
+
+    /// B37: a descriptor number closed under its channel and reused for another file gets a channel of its
+    /// own (entries go by number, and the old entry would have read the old file's state), whose cleanup
+    /// does not wait for the old channel; and neither closes the descriptor.
+    @Test(arguments: EngineKind.allCases)
+    func aReusedDescriptorNumberGetsItsOwnChannelEntry(kind: EngineKind) async throws {
+        let x = pattern(50, seed: 1)
+        let y = pattern(70, seed: 2)
+        let number = openRead(dir.make("x", x))
+        let aCleaned = Promise<Errno?>()
+        let a = IOChannel(
+            type: .random,
+            fileDescriptor: number,
+            queue: WorkQueue(label: "a"),
+            engine: Engines.get(kind),
+            cleanupHandler: cleanup(aCleaned)
+        )
+        let first = Recorder()
+        a.read(offset: 0, length: .max, queue: first.queue, handler: first.handler)
+        _ = await first.wait()
+        #expect(first.bytes == x)
+        // The same number, now on another file.
+        let other = openRead(dir.make("y", y))
+        try #require(dup2(other.rawValue, number.rawValue) == number.rawValue)
+        try other.close()
+        let bCleaned = Promise<Errno?>()
+        let b = IOChannel(
+            type: .random,
+            fileDescriptor: number,
+            queue: WorkQueue(label: "b"),
+            engine: Engines.get(kind),
+            cleanupHandler: cleanup(bCleaned)
+        )
+        let second = Recorder()
+        b.read(offset: 0, length: .max, queue: second.queue, handler: second.handler)
+        _ = await second.wait()
+        #expect(second.bytes == y)
+        b.close()
+        #expect(await bCleaned.get() == nil)
+        #expect(!aCleaned.isFulfilled)
+        a.close()
+        #expect(await aCleaned.get() == nil)
+        #expect(fcntl(number.rawValue, F_GETFD) != -1)
+        try number.close()
+    }
 }
