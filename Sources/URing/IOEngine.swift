@@ -464,7 +464,14 @@ package final class IOEngine: Sendable {
             length: length,
             keepsOpen: keepOpen
         )
-        if keepOpen && backend.linkedCopies && !backend.linkedCopiesKeepOpen {
+        // A path the kernel refuses as the chain is submitted (empty, or PATH_MAX bytes or more) fails the
+        // chain's first request in its place, which blamed the source: `dcopy a ''` said `cannot open 'a'
+        // for reading: Operation canceled` (helper-43). Such a copy goes the ordinary way, whose opens
+        // report the error of the file that has it.
+        let refusedAtSubmission = [source, destination].contains { path in
+            path.withCString { strlen($0) == 0 || strlen($0) >= Int(PATH_MAX) }
+        }
+        if backend.linkedCopies && (refusedAtSubmission || keepOpen && !backend.linkedCopiesKeepOpen) {
             // On an engine thread, as every other outcome.
             _ = backend.submit(.nop, keepAlive: nil) { _ in handler(.notStarted) }
             return

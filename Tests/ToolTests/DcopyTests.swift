@@ -953,6 +953,22 @@ struct DcopyTests {
         }
     }
 
+    // An empty destination name: io_uring refuses such an open when the linked copy's chain is submitted,
+    // and fails the chain's first request, the source's open, in its place: dcopy said `cannot open 'a'
+    // for reading: Operation canceled` (helper-43). Such a copy now goes the ordinary way.
+    @Test func anEmptyDestinationNameIsTheDestinationsError() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "echo x > a; : > e",
+                "%cp a ''; echo $?; %cp -p a ''; echo $?; %cp e ''; echo $?",
+                check: Self.listing
+            )
+            #expect(result.ours.stderr.hasPrefix("dcopy: cannot create regular file '': No such file or directory\n"))
+            expectSame(result)
+        }
+    }
+
     @Test func danglingSymlinkDestinationIsNotWrittenThrough() throws {
         try inScratch { scratch in
             // cp: not writing through dangling symlink 'link' (a new file is created with O_EXCL).
