@@ -15,6 +15,13 @@ extension PathName {
     /// shell or has a colon (GNU's `quotef`, the `shell-escape` style), else as it is: `dir/f`,
     /// `'a b'`, `'a:b'`.
     package var quotedIfNeeded: String { ShellQuoting.quote(self, always: false, colon: true) }
+
+    /// The name as gnulib's `quote` writes it (the `locale` quoting style), which cp's ACL copy uses for
+    /// `preserving permissions for ‘f’`: between ‘ and ’ in a UTF-8 locale and ' and ' in any other, with a
+    /// backslash before a backslash and before the closing quote, C escapes for controls (`\n`), and octal
+    /// ones for bytes the locale cannot print (`\377`). (helper-43: dcopy printed `'a'$'\n''b'` where cp
+    /// prints `'a\nb'`.)
+    package var quotedForLocale: String { ShellQuoting.localeQuote(self) }
 }
 
 /// GNU's shell-escape quoting of file names, as coreutils 9 prints them; rules read off cp and cat here.
@@ -98,6 +105,25 @@ enum ShellQuoting {
             }
         }
         quoted.append(quote)
+        return String(decoding: quoted, as: UTF8.self)
+    }
+
+    static func localeQuote(_ name: PathName) -> String {
+        let (open, close) = LocaleText.isUTF8 ? ("\u{2018}", "\u{2019}") : ("'", "'")
+        let closing = Array(close.utf8)
+        let backslash = UInt8(ascii: "\\")
+        var quoted = Array(open.utf8)
+        for unit in split(name.bytes) {
+            switch unit {
+            case .escaped(let byte):
+                quoted += escape(byte)
+            case .character(let character) where Array(character) == closing || character.first == backslash:
+                quoted += [backslash] + character
+            case .character(let character):
+                quoted += character
+            }
+        }
+        quoted += closing
         return String(decoding: quoted, as: UTF8.self)
     }
 
@@ -186,7 +212,7 @@ enum LocaleText {
     /// for one that is not installed (glibc then stays in the C locale, as cp does), and for other
     /// character sets. The locale is loaded as an object the first time a name past ASCII is quoted, and
     /// never made the process's own: `setlocale` is not safe while other threads run.
-    private static let isUTF8: Bool = {
+    static let isUTF8: Bool = {
         // Names are quoted for messages before the failed call's errno is read (`fail("… \(name.quoted)",
         // Errno(rawValue: errno))`): loading a locale, which opens files, must leave it as it was.
         let savedErrno = errno

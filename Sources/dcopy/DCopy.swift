@@ -997,7 +997,7 @@ final class Copier: @unchecked Sendable {
         if !isLink && chmod(path.cString, mode) != 0 {
             permissionsFailure = permissionsFailure ?? Errno(rawValue: errno)
         }
-        if let permissionsFailure { fail("preserving permissions for \(path.quoted)", permissionsFailure) }
+        if let permissionsFailure { fail("preserving permissions for \(path.quotedForLocale)", permissionsFailure) }
         let times = [info.st_atim, info.st_mtim]
         if utimensat(AT_FDCWD, path.cString, times, flags) != 0 {
             fail("preserving times for \(path.quoted)", Errno(rawValue: errno))

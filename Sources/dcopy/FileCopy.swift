@@ -503,7 +503,7 @@ final class FileCopy: @unchecked Sendable {
             }
             if let permissionsFailure {
                 lock.withLock {
-                    error = "preserving permissions for \(destination.quoted): \(describe(permissionsFailure))"
+                    error = "preserving permissions for \(destination.quotedForLocale): \(describe(permissionsFailure))"
                 }
             }
             let times = [info.accessTime, info.modificationTime]

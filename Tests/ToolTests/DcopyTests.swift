@@ -969,6 +969,35 @@ struct DcopyTests {
         }
     }
 
+    // -p onto a file system without ACLs (ramfs), as cp does it (helper-43): a directory with only a default
+    // ACL is copied without a word (dcopy failed it, status 1), and a file with an access ACL gets cp's
+    // message, its name quoted as gnulib's `quote` quotes it (‘f’ in a UTF-8 locale, `'a\nb'` in C), not
+    // as the names of cp's other messages.
+    @Test(
+        .enabled(if: canMountPrivately, "mounts ramfs in a mount namespace of its own"),
+        .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/setfacl"))
+    )
+    func aclsOntoAFileSystemWithoutThemAsCpReportsThem() throws {
+        try inScratch { scratch in
+            let script = """
+                rm -rf r src; mkdir -p r src/dacl; setfacl -d -m u:65534:r src/dacl
+                echo x > src/acl; setfacl -m u:65534:r src/acl
+                for n in $'a\\nb' "it's" 'b\\c' $'\\377x'; do cp -p src/acl "src/$n"; done
+                unshare -m --propagation private bash -c '
+                mount -t ramfs none r || exit 99
+                "$T" -rp src/dacl r/d; echo $?
+                for L in C.UTF-8 C; do for n in acl $'"'"'a\\nb'"'"' "it'"'"'s" '"'"'b\\c'"'"' $'"'"'\\377x'"'"'; do
+                    LC_ALL=$L "$T" -p "src/$n" "r/$n"; echo $?
+                done; done' 2>&1
+                """
+            let cp = try scratch.run("export T=cp; " + script)
+            let ours = try scratch.run("export T=\"$DCOPY\"; " + script)
+            #expect(cp.text.hasPrefix("0\n"))
+            #expect(cp.text.contains("cp: preserving permissions for 'r/a\\nb': Operation not supported\n"))
+            #expect(ours.text == renamed(cp.text, from: "cp", to: "dcopy"))
+        }
+    }
+
     @Test func danglingSymlinkDestinationIsNotWrittenThrough() throws {
         try inScratch { scratch in
             // cp: not writing through dangling symlink 'link' (a new file is created with O_EXCL).
