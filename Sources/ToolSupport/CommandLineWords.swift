@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// A command line split into options and operands, as getopt splits one for tools whose options take no
 /// values: before the first `--`, an argument that starts with `-` and is not `-` alone is an option,
 /// wherever it stands (`cp a b -r`, as GNU getopt permutes); that `--` ends the options and is dropped; all
@@ -13,11 +17,23 @@ package struct CommandLineWords: Sendable {
     package let operands: [PathName]
 
     /// Splits `arguments`, a command line without the program's name.
-    package init(_ arguments: [PathName]) {
-        let optionsEnd = arguments.firstIndex(of: "--") ?? arguments.endIndex
+    ///
+    /// With `POSIXLY_CORRECT` in the environment, as getopt then does, the options also end at the first
+    /// operand (`cp a b -r` copies to `-r`).
+    package init(_ arguments: [PathName], posixlyCorrect: Bool = getenv("POSIXLY_CORRECT") != nil) {
+        // The `--` that ends the options, dropped; one after the first operand is an operand when the
+        // options end there.
+        var terminator = arguments.firstIndex(of: "--")
+        var optionsEnd = terminator ?? arguments.endIndex
+        if posixlyCorrect, let operand = arguments.firstIndex(where: { !$0.looksLikeAnOption || $0 == "-" }),
+            operand < optionsEnd
+        {
+            optionsEnd = operand
+            terminator = nil
+        }
         var options: [PathName] = []
         var operands: [PathName] = []
-        for (index, argument) in arguments.enumerated() where index != optionsEnd {
+        for (index, argument) in arguments.enumerated() where index != terminator {
             if index < optionsEnd && argument.looksLikeAnOption && argument != "-" {
                 options.append(argument)
             } else {

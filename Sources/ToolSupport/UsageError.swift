@@ -29,3 +29,39 @@ package func unknownOptionMessage(
     }
     return nil
 }
+
+/// The options with each abbreviated long option written out, as getopt takes one (`--rec` for
+/// `--recursive`, helper-43: dcopy refused `--rec --verb` that cp runs), or getopt's refusal of one that
+/// several long options start with: `option '--pro' is ambiguous; possibilities: '--progress' '--protect'`.
+/// A name that is a whole option is that option, and one that starts none is left for
+/// ``unknownOptionMessage(in:shortFlags:longFlags:)`` to refuse.
+///
+/// - Parameters:
+///   - arguments: The options (of the command line before its `--`).
+///   - longFlags: The names of the tool's long options, without `--`, in the order getopt would list them.
+package func expandingAbbreviations(
+    _ arguments: [String],
+    longFlags: [String]
+) -> (arguments: [String], refusal: String?) {
+    var expanded: [String] = []
+    for (index, argument) in arguments.enumerated() {
+        if argument == "--" { return (expanded + arguments[index...], nil) }
+        guard argument.hasPrefix("--") else {
+            expanded.append(argument)
+            continue
+        }
+        let option = argument.dropFirst(2)
+        let name = option.prefix { $0 != "=" }
+        let value = option.dropFirst(name.count)
+        let candidates = longFlags.filter { $0.hasPrefix(name) }
+        if longFlags.contains(String(name)) || candidates.isEmpty {
+            expanded.append(argument)
+        } else if candidates.count == 1 {
+            expanded.append("--" + candidates[0] + value)
+        } else {
+            let possibilities = candidates.map { "'--\($0)'" }.joined(separator: " ")
+            return (expanded, "option '--\(name)' is ambiguous; possibilities: \(possibilities)")
+        }
+    }
+    return (expanded, nil)
+}

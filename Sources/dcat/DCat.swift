@@ -37,11 +37,15 @@ enum Main {
             exit(concatenate(words.operands.isEmpty ? ["-"] : words.operands))
         }
         // cat's words and exit status (1) for an option it does not have, not ArgumentParser's (64).
-        let refusal = unknownOptionMessage(in: words.optionStrings, shortFlags: ["h", "u"], longFlags: ["help"])
+        let (options, ambiguity) = expandingAbbreviations(words.optionStrings, longFlags: ["help"])
+        let refusal = ambiguity ?? unknownOptionMessage(in: options, shortFlags: ["h", "u"], longFlags: ["help"])
         do {
             if let refusal { throw ValidationError(refusal) }
-            var command = try DCat.parseAsRoot()
+            // The parser gets the options alone, for its help and errors; the operands are argv's bytes.
+            // (`--help` parses to a command whose run throws the help.)
+            var command = try DCat.parseAsRoot(options)
             try command.run()
+            exit(concatenate(words.operands.isEmpty ? ["-"] : words.operands))
         } catch  where DCat.exitCode(for: error) == .validationFailure {
             printError("dcat: \(refusal ?? DCat.message(for: error))\nTry 'dcat --help' for more information.\n")
             exit(1)
@@ -67,13 +71,13 @@ struct DCat: ParsableCommand {
     @Flag(name: .customShort("u"), help: "Ignored, as cat ignores it: dcat never holds output back.")
     var unbuffered = false
 
+    /// Never filled by the parser, which sees only the options; declared for the help text. The operands
+    /// are taken from argv (``CommandLineWords``).
     @Argument(help: "Files to concatenate, in order; - is standard input.")
     var files: [String] = []
 
-    func run() throws {
-        let status = concatenate((files.isEmpty ? ["-"] : files).map { PathName($0) })
-        Glibc.exit(status)
-    }
+    /// Nothing: `main` copies the operands once the options are parsed.
+    func run() throws {}
 }
 
 /// The bytes one read operation asks for. Reads are issued in windows of this size so that a fast input

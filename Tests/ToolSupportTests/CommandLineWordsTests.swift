@@ -5,9 +5,21 @@ import ToolSupport
 /// options without values. The tool tests compare the tools' results on such command lines with cat's and
 /// cp's; these pin the rule itself.
 @Suite struct CommandLineWordsTests {
-    private func split(_ arguments: [PathName]) -> (options: [PathName], operands: [PathName]) {
-        let words = CommandLineWords(arguments)
+    private func split(
+        _ arguments: [PathName],
+        posixlyCorrect: Bool = false
+    ) -> (options: [PathName], operands: [PathName]) {
+        let words = CommandLineWords(arguments, posixlyCorrect: posixlyCorrect)
         return (words.options, words.operands)
+    }
+
+    /// With `POSIXLY_CORRECT`, getopt stops at the first operand: what follows is all operands, a `--`
+    /// among them (`cp a b -r` copies two files into `-r`). Before it, a `--` still ends the options.
+    @Test func posixlyCorrectOptionsEndAtTheFirstOperand() {
+        #expect(split(["-v", "a", "b", "-r"], posixlyCorrect: true) == (["-v"], ["a", "b", "-r"]))
+        #expect(split(["a", "--", "-r"], posixlyCorrect: true) == ([], ["a", "--", "-r"]))
+        #expect(split(["-v", "--", "-r", "a"], posixlyCorrect: true) == (["-v"], ["-r", "a"]))
+        #expect(split(["-", "-r"], posixlyCorrect: true) == ([], ["-", "-r"]))
     }
 
     @Test func operandsAloneAreOperandsInOrder() {

@@ -140,4 +140,20 @@ import Glibc
         #expect(message(["--", "-q", "--bogus"]) == nil)
         #expect(message(["a", "-x"]) == "invalid option -- 'x'")
     }
+
+    // getopt takes a long option's unambiguous prefix for it (helper-43: `cp --rec --verb` runs), and
+    // refuses one that starts several, listing them in the tool's order.
+    @Test func abbreviatedLongOptionsAsGetoptTakesThem() {
+        let long = ["recursive", "verbose", "version", "progress"]
+        func expand(_ arguments: [String]) -> (arguments: [String], refusal: String?) {
+            expandingAbbreviations(arguments, longFlags: long)
+        }
+        #expect(
+            expand(["--rec", "-v", "--verb", "--pro"]).arguments == ["--recursive", "-v", "--verbose", "--progress"]
+        )
+        #expect(expand(["--verbose", "--r=1"]).arguments == ["--verbose", "--recursive=1"])
+        #expect(expand(["--bogus", "--", "--rec"]).arguments == ["--bogus", "--", "--rec"])
+        #expect(expand(["--ver"]).refusal == "option '--ver' is ambiguous; possibilities: '--verbose' '--version'")
+        #expect(expand(["--rec"]).refusal == nil)
+    }
 }

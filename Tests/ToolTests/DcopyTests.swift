@@ -998,6 +998,23 @@ struct DcopyTests {
         }
     }
 
+    // Long options abbreviated as getopt takes them, and POSIXLY_CORRECT's end of the options at the first
+    // operand (helper-43: dcopy refused `--rec --verb`, and copied `a b -r` recursively where cp, with
+    // POSIXLY_CORRECT set, copies into a target named `-r`).
+    @Test func optionsAsGetoptReadsThem() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir s; echo x > s/f; echo y > a",
+                "%cp --rec --verb s d; echo $?; %cp --recursive=yes s e; echo $?; "
+                    + "POSIXLY_CORRECT=1 %cp a s/f -r; echo $?; POSIXLY_CORRECT=1 %cp -v a -- -r; echo $?",
+                check: Self.listing
+            )
+            #expect(result.ours.text.hasPrefix("'s' -> 'd'\n"))
+            expectSame(result)
+        }
+    }
+
     @Test func danglingSymlinkDestinationIsNotWrittenThrough() throws {
         try inScratch { scratch in
             // cp: not writing through dangling symlink 'link' (a new file is created with O_EXCL).
