@@ -328,4 +328,49 @@ final class IOChannelContractTests {
         #expect(fcntl(number.rawValue, F_GETFD) != -1)
         try number.close()
     }
+
+    /// B3, B4: a random channel on a pipe fails at once (its cleanup gets ESPIPE, once), yet it holds the
+    /// descriptor's entry: a stream channel on the same pipe reads normally, and its cleanup waits until
+    /// the failed channel is closed too.
+    @Test(arguments: EngineKind.allCases)
+    func aFailedChannelStillHoldsTheDescriptor(kind: EngineKind) async throws {
+        let pipe = makePipe()
+        defer {
+            try? pipe.read.close()
+            try? pipe.write.close()
+        }
+        let failedCleanups = Locked<[Errno?]>([])
+        let failedCleaned = Promise<Void>()
+        let failed = IOChannel(
+            type: .random,
+            fileDescriptor: pipe.read,
+            queue: WorkQueue(label: "failed"),
+            engine: Engines.get(kind)
+        ) { error in
+            failedCleanups.withLock { $0.append(error) }
+            failedCleaned.fulfil(())
+        }
+        await failedCleaned.get()
+        let streamCleaned = Promise<Errno?>()
+        let stream = IOChannel(
+            type: .stream,
+            fileDescriptor: pipe.read,
+            queue: WorkQueue(label: "stream"),
+            engine: Engines.get(kind),
+            cleanupHandler: cleanup(streamCleaned)
+        )
+        stream.setLimit(lowWater: 1)
+        let recorder = Recorder()
+        stream.read(offset: 0, length: 4, queue: recorder.queue, handler: recorder.handler)
+        _ = try pipe.write.writeAll(Array("pipe".utf8))
+        _ = await recorder.wait()
+        #expect(recorder.bytes == Array("pipe".utf8))
+        stream.close()
+        // Still held by the failed channel: the stream's cleanup waits for it (a round trip lets it run).
+        await settle(Engines.get(kind))
+        #expect(!streamCleaned.isFulfilled)
+        failed.close()
+        #expect(await streamCleaned.get() == nil)
+        #expect(failedCleanups.withLock { $0 } == [.illegalSeek])
+    }
 }
