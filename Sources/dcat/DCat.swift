@@ -38,7 +38,7 @@ enum Main {
         }
         // cat's words and exit status (1) for an option it does not have, not ArgumentParser's (64).
         let (options, ambiguity) = expandingAbbreviations(words.optionStrings, longFlags: ["help"])
-        let refusal = ambiguity ?? unknownOptionMessage(in: options, shortFlags: ["h", "u"], longFlags: ["help"])
+        let refusal = ambiguity ?? unknownOptionMessage(in: options, shortFlags: ["u"], longFlags: ["help"])
         do {
             if let refusal { throw ValidationError(refusal) }
             // The parser gets the options alone, for its help and errors; the operands are argv's bytes.
@@ -65,7 +65,9 @@ struct DCat: ParsableCommand {
             on standard error and skipped; the exit status is then 1. When the reader of standard output \
             goes away, dcat ends as cat does: quietly by SIGPIPE, or where SIGPIPE is ignored with \
             "write error: Broken pipe".
-            """
+            """,
+        // `--help` only: cat refuses `-h` as an invalid option, and so does dcat.
+        helpNames: .long
     )
 
     @Flag(name: .customShort("u"), help: "Ignored, as cat ignores it: dcat never holds output back.")

@@ -23,7 +23,9 @@ struct DCopy: ParsableCommand {
         usage: """
             dcopy [-r] [-p] [-v] [--progress] SRC DST
             dcopy [-r] [-p] [-v] [--progress] SRC... DIR
-            """
+            """,
+        // `--help` only: cp refuses `-h` as an invalid option, and so does dcopy.
+        helpNames: .long
     )
 
     @Flag(name: [.customShort("r"), .customShort("R"), .long], help: "Copy directories recursively.")
@@ -65,7 +67,7 @@ struct DCopy: ParsableCommand {
             ambiguity
             ?? unknownOptionMessage(
                 in: options,
-                shortFlags: ["r", "R", "p", "v", "h"],
+                shortFlags: ["r", "R", "p", "v"],
                 longFlags: ["recursive", "verbose", "progress", "help"]
             )
         do {

@@ -522,6 +522,10 @@ struct DcatTests {
             let help = try scratch.run("\"$DCAT\" --help")
             #expect(help.status == 0)
             #expect(help.text.contains("USAGE: dcat"))
+            // `-h` is not cat's: refused as cat refuses it (it printed ArgumentParser's help; helper-43).
+            let (catShortHelp, dcatShortHelp) = try both(scratch, "-h")
+            #expect(dcatShortHelp.status == 1)
+            #expect(dcatShortHelp.stderr == renamed(catShortHelp.stderr, from: "cat", to: "dcat"))
             let unknown = try scratch.run("\"$DCAT\" --bogus")
             #expect(unknown.status == 1)
             #expect(unknown.stderr == "dcat: unrecognized option '--bogus'\nTry 'dcat --help' for more information.\n")

@@ -1007,7 +1007,8 @@ struct DcopyTests {
                 scratch,
                 setup: "mkdir s; echo x > s/f; echo y > a",
                 "%cp --rec --verb s d; echo $?; %cp --recursive=yes s e; echo $?; "
-                    + "POSIXLY_CORRECT=1 %cp a s/f -r; echo $?; POSIXLY_CORRECT=1 %cp -v a -- -r; echo $?",
+                    + "POSIXLY_CORRECT=1 %cp a s/f -r; echo $?; POSIXLY_CORRECT=1 %cp -v a -- -r; echo $?; "
+                    + "%cp -h a b; echo $?",
                 check: Self.listing
             )
             #expect(result.ours.text.hasPrefix("'s' -> 'd'\n"))
