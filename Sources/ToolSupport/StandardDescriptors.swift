@@ -61,7 +61,12 @@ package struct StandardDescriptors: Sendable {
     package func namesAFilledDescriptor(_ path: PathName) -> FilledDescriptorName? {
         let filled = self.filled
         guard !filled.isEmpty else { return nil }
-        let ownFDDirectory = ["proc", "\(getpid())", "fd"].map { Array($0.utf8) }
+        // The process as /proc names it, which is not getpid() in a PID namespace whose /proc was not
+        // mounted again.
+        var own = [CChar](repeating: 0, count: 32)
+        let ownLength = readlink("/proc/self", &own, own.count - 1)
+        guard ownLength > 0 else { return nil }
+        let ownFDDirectory = [Array("proc".utf8), own[0..<ownLength].map { UInt8(bitPattern: $0) }, Array("fd".utf8)]
         let task = Array("task".utf8)
         let slash = UInt8(ascii: "/")
         var resolved: [[UInt8]] = []

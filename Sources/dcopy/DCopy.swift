@@ -391,6 +391,14 @@ final class Copier: @unchecked Sendable {
     /// Whether ``FilesInUse`` counts the names of destinations still to be made: with two sources or more,
     /// where one can name another's copy otherwise. Set before the walk, then read by the walker alone.
     private var tracksNames = false
+    /// The top-level operands being copied, for the message of a copy into itself found during the walk.
+    private var topLevelPair: (source: PathName, destination: PathName)?
+    /// Directories this run made on a source's device (walker only): one of them met in a source is a copy
+    /// into itself that the paths did not show, through a second path to a directory (a bind mount of one
+    /// of the source's subdirectories, helper-44), and cp refuses it there.
+    private var madeDirectories: Set<FileID> = []
+    /// Such a copy into itself was found: the walk of this top-level operand stops there, as cp's does.
+    private var foundCopyIntoItself = false
     /// The process's umask, read once before any copy runs: reading it means setting it, and a file made
     /// on another thread in between would get the wrong mode.
     private let umaskAtStart: mode_t
@@ -567,7 +575,10 @@ final class Copier: @unchecked Sendable {
         // `/dev/stdin`, `/dev/fd/1` and the like name a descriptor the process started without: cp finds
         // them dangling, where here they would open the /dev/null that fills the descriptor (`dcopy
         // /dev/stdin a <&-` emptied `a`, and `dcopy a /dev/stdout >&-` wrote nowhere with status 0).
-        if topLevel && standardDescriptors?.namesAFilledDescriptor(source) != nil {
+        // With -r a link operand is copied as a link (helper-44: `cp -r /dev/stdin x <&-` makes a link).
+        if topLevel, let name = standardDescriptors?.namesAFilledDescriptor(source),
+            name == .entry || !options.recursive
+        {
             return fail("cannot stat \(source.quoted)", .noSuchFileOrDirectory)
         }
         var info = stat()
@@ -696,6 +707,15 @@ final class Copier: @unchecked Sendable {
             fail(message)
             return
         }
+        if topLevel {
+            topLevelPair = (source, destination)
+            foundCopyIntoItself = false
+        } else if madeDirectories.contains(FileID(info)), let (topSource, topDestination) = topLevelPair {
+            // cp's words: the top-level names.
+            fail("cannot copy a directory, \(topSource.quoted), into itself, \(topDestination.quoted)")
+            foundCopyIntoItself = true
+            return
+        }
         var existing = stat()
         var made = false
         var inherited: mode_t = 0
@@ -726,14 +746,16 @@ final class Copier: @unchecked Sendable {
                 return
             }
             made = true
+            var new = stat()
+            let madeFound = lstat(destination.cString, &new) == 0
+            if madeFound && new.st_dev == info.st_dev { madeDirectories.insert(FileID(new)) }
             announce(source, destination)
             let restricted = info.st_mode & S_IRWXU != S_IRWXU
             let writableByOthers = info.st_mode & omitted & ~umaskAtStart != 0
-            if options.preserve || restricted || writableByOthers {
+            if madeFound && (options.preserve || restricted || writableByOthers) {
                 // A directory made in a set-group-ID one inherits the bit, and cp's last chmod leaves it on:
                 // the directory's files then keep taking its group. (A chmod without it cleared it.)
-                var new = stat()
-                if lstat(destination.cString, &new) == 0 { inherited = new.st_mode & S_ISGID }
+                inherited = new.st_mode & S_ISGID
             }
             if !options.preserve && (restricted || writableByOthers) {
                 directoriesToRestrict.append((destination, info.st_mode & 0o1777 & ~umaskAtStart | inherited))
@@ -772,6 +794,7 @@ final class Copier: @unchecked Sendable {
                 startFile(from, to: to, location: location, destinationIsNew: made, sourceFile: file)
             } else {
                 copy(from, to: to, topLevel: false, destinationIsNew: made)
+                if foundCopyIntoItself { break }
             }
         }
         if options.preserve { directoriesToFinish.append((destination, source, info, inherited)) }
