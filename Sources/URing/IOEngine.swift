@@ -181,8 +181,9 @@ package final class IOEngine: Sendable {
     }
 
     /// Reads into `buffer`, which must stay valid until the handler is called, whatever happens to the
-    /// caller. The engine takes `keepAlive` over for that long, and lets go of it just before it calls the
-    /// handler (as for every request here).
+    /// caller. The engine takes `keepAlive` over for that long, and once the kernel is done with the read it
+    /// lets go of it just before it calls the handler (as for every request here; a request refused before
+    /// it reaches the kernel, for an invalid offset or an engine shut down, lets go of it after).
     ///
     /// - Parameter offload: run the read on the kernel's worker threads (`IOSQE_ASYNC`) instead of inline
     ///   on the ring thread. A read from the page cache is a memory copy; offloaded, several copies run on

@@ -692,6 +692,9 @@ struct EngineTests {
                 _ = await complete { engine.removeTimeout(timeout.id!, then: $0) }
                 #expect(await timeout.value.error == .canceled)
             }
+            // And one too far past is due now (it trapped too, in the conversion; helper-44).
+            let past = await complete { engine.timeout(deadline: .now - .seconds(Int64.max) - .seconds(5), then: $0) }
+            #expect(past == IOCompletion(result: 0))
         }
     }
 

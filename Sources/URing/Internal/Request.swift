@@ -384,6 +384,11 @@ final class BootTime: @unchecked Sendable {
             pointer.initialize(to: __kernel_timespec(tv_sec: Self.latestSecond, tv_nsec: 0))
             return
         }
+        // A deadline past is due now; one more than `Int64.max` seconds past trapped in `components`.
+        guard remaining > .zero else {
+            pointer.initialize(to: __kernel_timespec(tv_sec: 0, tv_nsec: 0))
+            return
+        }
         let (seconds, attoseconds) = remaining.components
         var sec = Int64(now.tv_sec) + seconds
         // Round partial nanoseconds up, so that rounding never makes a deadline early.
