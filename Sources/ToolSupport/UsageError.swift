@@ -32,7 +32,8 @@ package func unknownOptionMessage(
 
 /// The options with each abbreviated long option written out, as getopt takes one (`--rec` for
 /// `--recursive`, helper-43: dcopy refused `--rec --verb` that cp runs), or getopt's refusal of one that
-/// several long options start with: `option '--pro' is ambiguous; possibilities: '--progress' '--protect'`.
+/// several long options start with: `option '--ver' is ambiguous; possibilities: '--verbose' '--version'`
+/// (with what followed the `--`, a value included, as glibc prints it).
 /// A name that is a whole option is that option, and one that starts none is left for
 /// ``unknownOptionMessage(in:shortFlags:longFlags:)`` to refuse.
 ///
@@ -60,7 +61,7 @@ package func expandingAbbreviations(
             expanded.append("--" + candidates[0] + value)
         } else {
             let possibilities = candidates.map { "'--\($0)'" }.joined(separator: " ")
-            return (expanded, "option '--\(name)' is ambiguous; possibilities: \(possibilities)")
+            return (expanded, "option '\(argument)' is ambiguous; possibilities: \(possibilities)")
         }
     }
     return (expanded, nil)

@@ -41,8 +41,8 @@ enum Main {
         let refusal = ambiguity ?? unknownOptionMessage(in: options, shortFlags: ["u"], longFlags: ["help"])
         do {
             if let refusal { throw ValidationError(refusal) }
-            // The parser gets the options alone, for its help and errors; the operands are argv's bytes.
-            // (`--help` parses to a command whose run throws the help.)
+            // The parser gets the options alone, for its help and errors (it throws them); the operands are
+            // argv's bytes.
             var command = try DCat.parseAsRoot(options)
             try command.run()
             exit(concatenate(words.operands.isEmpty ? ["-"] : words.operands))
