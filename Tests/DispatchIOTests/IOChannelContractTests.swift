@@ -22,12 +22,7 @@ final class IOChannelContractTests {
         let bytes = pattern(300_000)
         let fd = openRead(dir.make("f", bytes))
         defer { try? fd.close() }
-        let channel = IOChannel(
-            type: .random,
-            fileDescriptor: fd,
-            queue: WorkQueue(label: "c"),
-            engine: Engines.get(kind)
-        ) { _ in }
+        let channel = makeChannel(.random, fd, kind)
         // Held back until both are submitted, so that the change comes while the first is still under way.
         let queue = WorkQueue(label: "handlers")
         queue.suspend()
@@ -54,12 +49,7 @@ final class IOChannelContractTests {
     func aPipeReadWithTheDefaultLowWaterMarkWaitsForEndOfFile(kind: EngineKind) async throws {
         let pipe = makePipe()
         defer { try? pipe.read.close() }
-        let channel = IOChannel(
-            type: .stream,
-            fileDescriptor: pipe.read,
-            queue: WorkQueue(label: "c"),
-            engine: Engines.get(kind)
-        ) { _ in }
+        let channel = makeChannel(.stream, pipe.read, kind)
         let recorder = Recorder()
         channel.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
         _ = try pipe.write.writeAll(Array("hello".utf8))
@@ -75,8 +65,7 @@ final class IOChannelContractTests {
         let bytes = pattern(3 << 20 + 5)
         let fd = openRead(dir.make("f", bytes))
         defer { try? fd.close() }
-        let file = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind))
-        { _ in }
+        let file = makeChannel(.stream, fd, kind)
         let reads = Recorder()
         file.read(offset: 0, length: .max, queue: reads.queue, handler: reads.handler)
         let calls = await reads.wait()
@@ -92,12 +81,7 @@ final class IOChannelContractTests {
         let bytes = pattern(100_000)
         let fd = openRead(dir.make("f", bytes))
         defer { try? fd.close() }
-        let channel = IOChannel(
-            type: .random,
-            fileDescriptor: fd,
-            queue: WorkQueue(label: "c"),
-            engine: Engines.get(kind)
-        ) { _ in }
+        let channel = makeChannel(.random, fd, kind)
         channel.setLimit(highWater: 16_384)
         channel.setLimit(lowWater: 50_000)
         let recorder = Recorder()
@@ -118,13 +102,7 @@ final class IOChannelContractTests {
         let zero = FileDescriptor(rawValue: open("/dev/zero", O_RDONLY | O_CLOEXEC))
         defer { try? zero.close() }
         let cleaned = Promise<Errno?>()
-        let channel = IOChannel(
-            type: .random,
-            fileDescriptor: zero,
-            queue: WorkQueue(label: "c"),
-            engine: Engines.get(kind),
-            cleanupHandler: cleanup(cleaned)
-        )
+        let channel = makeChannel(.random, zero, kind, cleaned: cleaned)
         let recorder = Recorder()
         channel.read(offset: 4096, length: 8192, queue: recorder.queue, handler: recorder.handler)
         #expect(await recorder.wait() == [Call(done: true, count: 8192, error: nil)])
@@ -138,15 +116,8 @@ final class IOChannelContractTests {
     func aClosedChannelHasNoDescriptor(kind: EngineKind) async throws {
         let fd = openRead(dir.make("f", pattern(10)))
         defer { try? fd.close() }
-        let channel = IOChannel(
-            type: .stream,
-            fileDescriptor: fd,
-            queue: WorkQueue(label: "c"),
-            engine: Engines.get(kind)
-        ) { _ in }
-        let recorder = Recorder()
-        channel.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
-        _ = await recorder.wait()
+        let channel = makeChannel(.stream, fd, kind)
+        await readAndWait(channel)
         #expect(channel.fileDescriptor == fd)
         channel.close()
         #expect(channel.fileDescriptor == nil)
@@ -166,12 +137,7 @@ final class IOChannelContractTests {
             try? b.close()
         }
         let kept = Locked(DispatchDataBuffer())
-        let channel = IOChannel(
-            type: .random,
-            fileDescriptor: a,
-            queue: WorkQueue(label: "c"),
-            engine: Engines.get(kind)
-        ) { _ in }
+        let channel = makeChannel(.random, a, kind)
         let done = Promise<Void>()
         channel.read(offset: 0, length: .max, queue: WorkQueue(label: "keep")) { finished, data, _ in
             if let data { kept.withLock { $0.append(data) } }
@@ -179,11 +145,8 @@ final class IOChannelContractTests {
         }
         await done.get()
         channel.close()
-        let other = IOChannel(type: .random, fileDescriptor: b, queue: WorkQueue(label: "c"), engine: Engines.get(kind))
-        { _ in }
-        let recorder = Recorder()
-        other.read(offset: 0, length: .max, queue: recorder.queue, handler: recorder.handler)
-        _ = await recorder.wait()
+        let other = makeChannel(.random, b, kind)
+        let recorder = await readAndWait(other)
         expectSameBytes(recorder.bytes, second)
         other.close()
         expectSameBytes(Array(kept.withLock { $0 }), first)
@@ -196,13 +159,7 @@ final class IOChannelContractTests {
         let full = FileDescriptor(rawValue: open("/dev/full", O_WRONLY | O_CLOEXEC))
         defer { try? full.close() }
         let cleaned = Promise<Errno?>()
-        let channel = IOChannel(
-            type: .stream,
-            fileDescriptor: full,
-            queue: WorkQueue(label: "c"),
-            engine: Engines.get(kind),
-            cleanupHandler: cleanup(cleaned)
-        )
+        let channel = makeChannel(.stream, full, kind, cleaned: cleaned)
         let recorder = Recorder()
         channel.write(
             offset: 0,
@@ -222,17 +179,11 @@ final class IOChannelContractTests {
         let bytes = pattern(100)
         let fd = openRead(dir.make("f", bytes))
         defer { try? fd.close() }
-        let a = IOChannel(type: .stream, fileDescriptor: fd, queue: WorkQueue(label: "a"), engine: Engines.get(kind)) {
-            _ in
-        }
-        let first = Recorder()
-        a.read(offset: 0, length: 20, queue: first.queue, handler: first.handler)
-        _ = await first.wait()
+        let a = makeChannel(.stream, fd, kind)
+        let first = await readAndWait(a, length: 20)
         #expect(first.bytes == Array(bytes[0..<20]))
         let c = IOChannel(type: .random, io: a, queue: WorkQueue(label: "c")) { _ in }
-        let read = Recorder()
-        c.read(offset: 0, length: 5, queue: read.queue, handler: read.handler)
-        _ = await read.wait()
+        let read = await readAndWait(c, length: 5)
         #expect(read.bytes == Array(bytes[20..<25]))
         c.close()
         a.close()
@@ -255,14 +206,10 @@ final class IOChannelContractTests {
                 cleanupHandler: cleanup(aCleaned)
             )
         )
-        let first = Recorder()
-        a.read(offset: 0, length: 10, queue: first.queue, handler: first.handler)
-        _ = await first.wait()
+        let first = await readAndWait(a, length: 10)
         let cCleaned = Promise<Errno?>()
         let c = IOChannel(type: .stream, io: a, queue: WorkQueue(label: "c"), cleanupHandler: cleanup(cCleaned))
-        let read = Recorder()
-        c.read(offset: 0, length: 10, queue: read.queue, handler: read.handler)
-        _ = await read.wait()
+        let read = await readAndWait(c, length: 10)
         #expect(first.bytes == Array(bytes[0..<10]))
         #expect(read.bytes == Array(bytes[0..<10]))
         let descriptors = Locked<(a: FileDescriptor?, c: FileDescriptor?)>((nil, nil))
@@ -293,32 +240,16 @@ final class IOChannelContractTests {
         let y = pattern(70, seed: 2)
         let number = openRead(dir.make("x", x))
         let aCleaned = Promise<Errno?>()
-        let a = IOChannel(
-            type: .random,
-            fileDescriptor: number,
-            queue: WorkQueue(label: "a"),
-            engine: Engines.get(kind),
-            cleanupHandler: cleanup(aCleaned)
-        )
-        let first = Recorder()
-        a.read(offset: 0, length: .max, queue: first.queue, handler: first.handler)
-        _ = await first.wait()
+        let a = makeChannel(.random, number, kind, cleaned: aCleaned)
+        let first = await readAndWait(a)
         #expect(first.bytes == x)
         // The same number, now on another file.
         let other = openRead(dir.make("y", y))
         try #require(dup2(other.rawValue, number.rawValue) == number.rawValue)
         try other.close()
         let bCleaned = Promise<Errno?>()
-        let b = IOChannel(
-            type: .random,
-            fileDescriptor: number,
-            queue: WorkQueue(label: "b"),
-            engine: Engines.get(kind),
-            cleanupHandler: cleanup(bCleaned)
-        )
-        let second = Recorder()
-        b.read(offset: 0, length: .max, queue: second.queue, handler: second.handler)
-        _ = await second.wait()
+        let b = makeChannel(.random, number, kind, cleaned: bCleaned)
+        let second = await readAndWait(b)
         #expect(second.bytes == y)
         b.close()
         #expect(await bCleaned.get() == nil)
@@ -352,13 +283,7 @@ final class IOChannelContractTests {
         }
         await failedCleaned.get()
         let streamCleaned = Promise<Errno?>()
-        let stream = IOChannel(
-            type: .stream,
-            fileDescriptor: pipe.read,
-            queue: WorkQueue(label: "stream"),
-            engine: Engines.get(kind),
-            cleanupHandler: cleanup(streamCleaned)
-        )
+        let stream = makeChannel(.stream, pipe.read, kind, cleaned: streamCleaned)
         stream.setLimit(lowWater: 1)
         let recorder = Recorder()
         stream.read(offset: 0, length: 4, queue: recorder.queue, handler: recorder.handler)

@@ -235,3 +235,24 @@ func pipesTakeShortWrites() -> Bool {
     let numbers = release.split(whereSeparator: { !$0.isNumber }).prefix(2).compactMap { Int($0) }
     return numbers.count == 2 && (numbers[0], numbers[1]) >= (6, 4)
 }
+
+/// A channel on `fd` with the suite's engine of `kind`, whose cleanup fulfils `cleaned` when one is given.
+func makeChannel(
+    _ type: IOChannel.StreamType,
+    _ fd: FileDescriptor,
+    _ kind: EngineKind,
+    cleaned: Promise<Errno?>? = nil
+) -> IOChannel {
+    IOChannel(type: type, fileDescriptor: fd, queue: WorkQueue(label: "c"), engine: Engines.get(kind)) { error in
+        cleaned?.fulfil(error)
+    }
+}
+
+/// Reads `length` bytes at `offset` (to the end by default) and waits for the final call.
+@discardableResult
+func readAndWait(_ channel: IOChannel, offset: Int64 = 0, length: Int = .max) async -> Recorder {
+    let recorder = Recorder()
+    channel.read(offset: offset, length: length, queue: recorder.queue, handler: recorder.handler)
+    _ = await recorder.wait()
+    return recorder
+}

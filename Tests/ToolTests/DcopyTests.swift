@@ -31,6 +31,12 @@ struct DcopyTests {
         return (theirs, ours, theirsCheck, oursCheck)
     }
 
+    /// Runs `script` with `$T` set to cp, then to dcopy, in the same directory (for scripts that set up
+    /// their own files, and mount namespaces, which `both` cannot run the tool in).
+    func eachTool(_ scratch: Scratch, _ script: String) throws -> (cp: Outcome, ours: Outcome) {
+        (try scratch.run("export T=cp; " + script), try scratch.run("export T=\"$DCOPY\"; " + script))
+    }
+
     /// Lists a tree with type, mode, size, link target and content checksum of each entry.
     static let listing =
         "find . -mindepth 1 | LC_ALL=C sort | while read -r p; do "
@@ -947,8 +953,7 @@ struct DcopyTests {
                 "$T" -r m s; echo $?; "$T" -r m/ s/new; echo $?; "$T" -r s/d m/d/x; echo $?
                 find s | LC_ALL=C sort' 2>&1
                 """
-            let cp = try scratch.run("export T=cp; " + script)
-            let ours = try scratch.run("export T=\"$DCOPY\"; " + script)
+            let (cp, ours) = try eachTool(scratch, script)
             let messages = { (outcome: Outcome) in outcome.text.split(separator: "\n").filter { !$0.hasPrefix("s") } }
             #expect(messages(cp).contains("cp: cannot copy a directory, 'm', into itself, 's/m'"))
             #expect(messages(ours) == messages(cp).map { renamed(String($0), from: "cp", to: "dcopy")[...] })
@@ -962,8 +967,7 @@ struct DcopyTests {
                 mount --bind p/sub b || exit 99
                 "$T" -r p b/x; echo $?; find p | LC_ALL=C sort' 2>&1
                 """
-            let cpSub = try scratch.run("export T=cp; " + sub)
-            let oursSub = try scratch.run("export T=\"$DCOPY\"; " + sub)
+            let (cpSub, oursSub) = try eachTool(scratch, sub)
             #expect(cpSub.text.contains("cp: cannot copy a directory, 'p', into itself, 'b/x'\n1\n"))
             #expect(oursSub.text == renamed(cpSub.text, from: "cp", to: "dcopy"))
         }
@@ -1008,8 +1012,7 @@ struct DcopyTests {
                     LC_ALL=$L "$T" -p "src/$n" "r/$n"; echo $?
                 done; done' 2>&1
                 """
-            let cp = try scratch.run("export T=cp; " + script)
-            let ours = try scratch.run("export T=\"$DCOPY\"; " + script)
+            let (cp, ours) = try eachTool(scratch, script)
             if cp.text == "no ACLs\n" { return }
             #expect(cp.text.hasPrefix("0\n"))
             #expect(cp.text.contains("cp: preserving permissions for 'r/a\\nb': Operation not supported\n"))
