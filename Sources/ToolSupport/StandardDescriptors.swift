@@ -1,3 +1,5 @@
+import CXattr
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -56,18 +58,12 @@ package struct StandardDescriptors: Sendable {
     /// `/dev/fd/1`, `/proc/self/fd/2` or a link to one. Such a name dangles for cat and cp; here it would
     /// open the `/dev/null` that fills the descriptor, so that `dcopy /dev/stdin a <&-` emptied `a` without
     /// a word, where cp says `cannot stat '/dev/stdin'` and leaves it (helper-43). The path is resolved a
-    /// component at a time up to a link in this process's `/proc/PID/fd` (or a thread's `task/TID/fd`);
-    /// nothing is read when no descriptor was filled.
+    /// component at a time up to a link in a `fd` directory of this process on any procfs (`/proc/self/fd`,
+    /// a thread's `/proc/TID/fd` or `task/TID/fd`, a procfs mounted elsewhere: helper-45); nothing is read
+    /// when no descriptor was filled.
     package func namesAFilledDescriptor(_ path: PathName) -> FilledDescriptorName? {
         let filled = self.filled
         guard !filled.isEmpty else { return nil }
-        // The process as /proc names it, which is not getpid() in a PID namespace whose /proc was not
-        // mounted again.
-        var own = [CChar](repeating: 0, count: 32)
-        let ownLength = readlink("/proc/self", &own, own.count - 1)
-        guard ownLength > 0 else { return nil }
-        let ownFDDirectory = [Array("proc".utf8), own[0..<ownLength].map { UInt8(bitPattern: $0) }, Array("fd".utf8)]
-        let task = Array("task".utf8)
         let slash = UInt8(ascii: "/")
         var resolved: [[UInt8]] = []
         var pending = Self.components(Array(path.bytes))
@@ -89,23 +85,14 @@ package struct StandardDescriptors: Sendable {
                 _ = resolved.popLast()
                 continue
             }
-            // `/proc/PID/fd` and `/proc/PID/task/TID/fd` (where `/proc/self` and `/proc/thread-self` lead).
-            let inOwnFDDirectory =
-                resolved == ownFDDirectory
-                || (resolved.count == 5 && Array(resolved[0...1]) == Array(ownFDDirectory[0...1])
-                    && resolved[2] == task && resolved[4] == ownFDDirectory[2])
-            if inOwnFDDirectory {
+            if let number = CInt(String(decoding: component, as: UTF8.self)), Self.isOwnDescriptorDirectory(resolved) {
                 // A link to an open descriptor, whose target is not a path to follow.
-                guard let number = CInt(String(decoding: component, as: UTF8.self)), filled.contains(number) else {
-                    return nil
-                }
+                guard filled.contains(number) else { return nil }
                 return lastIsLink && pending.isEmpty ? .link : .entry
             }
             let candidate = resolved + [component]
-            var spelled = candidate.flatMap { [slash] + $0 }.map { CChar(bitPattern: $0) }
-            spelled.append(0)
             var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-            let length = readlink(spelled, &target, target.count - 1)
+            let length = readlink(Self.spelled(candidate), &target, target.count - 1)
             guard length > 0 else {
                 resolved = candidate
                 continue
@@ -118,6 +105,32 @@ package struct StandardDescriptors: Sendable {
             pending = Self.components(bytes) + pending
         }
         return nil
+    }
+
+    /// Whether `directory` is a `fd` directory of this process on a procfs, wherever it is mounted:
+    /// `ROOT/X/fd` where `X` is the process or one of its threads, or `ROOT/P/task/T/fd` where `P` is the
+    /// process, as the procfs at `ROOT` numbers them (its `self`, which is not getpid() in a PID namespace
+    /// whose /proc was not mounted again).
+    private static func isOwnDescriptorDirectory(_ directory: [[UInt8]]) -> Bool {
+        let procSuperMagic = 0x9FA0
+        var info = statfs()
+        guard directory.last == Array("fd".utf8), directory.count >= 2,
+            statfs(spelled(directory), &info) == 0, Int(info.f_type) == procSuperMagic
+        else { return false }
+        let inTask = directory.count >= 4 && directory[directory.count - 3] == Array("task".utf8)
+        let process = directory[directory.count - (inTask ? 4 : 2)]
+        let root = Array(directory.dropLast(inTask ? 4 : 2))
+        var own = [CChar](repeating: 0, count: 32)
+        let ownLength = readlink(spelled(root + [Array("self".utf8)]), &own, own.count - 1)
+        guard ownLength > 0 else { return false }
+        if own[0..<ownLength].map({ UInt8(bitPattern: $0) }) == process { return true }
+        // A thread's own directory (`/proc/TID`) is one of the process's tasks.
+        return !inTask && access(spelled(root + [Array("self".utf8), Array("task".utf8), process]), F_OK) == 0
+    }
+
+    /// Components as an absolute path for a system call.
+    private static func spelled(_ components: [[UInt8]]) -> [CChar] {
+        components.flatMap { [UInt8(ascii: "/")] + $0 }.map { CChar(bitPattern: $0) } + [0]
     }
 
     /// The components of a path, without empty ones (a doubled or trailing slash).

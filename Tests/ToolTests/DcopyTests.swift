@@ -939,6 +939,30 @@ struct DcopyTests {
         }
     }
 
+    // The same through a procfs mounted elsewhere (helper-45: the check knew only /proc, and `dcopy
+    // P/self/fd/0 a <&-` emptied `a`), and through dcat.
+    @Test(.enabled(if: canMountPrivately, "mounts a procfs in a mount namespace of its own"))
+    func namesOfAClosedStandardDescriptorDangleOnAnyProcfs() throws {
+        try inScratch { scratch in
+            let script = """
+                rm -rf P; mkdir P; seq 3 > a
+                unshare -m --propagation private bash -c '
+                mount -t proc proc P || exit 99
+                "$T" P/self/fd/0 a <&-; echo $?; "$T" a P/thread-self/fd/1 >&-; echo $?; cat a' 2>&1
+                """
+            let (cp, ours) = try eachTool(scratch, script)
+            #expect(cp.text.hasPrefix("cp: cannot stat 'P/self/fd/0': No such file or directory\n1\n"))
+            #expect(cp.text.hasSuffix("1\n1\n2\n3\n"))
+            #expect(ours.text == renamed(cp.text, from: "cp", to: "dcopy"))
+            let dcat = try scratch.run(
+                "unshare -m --propagation private bash -c 'mount -t proc proc P && \"$DCAT\" P/self/fd/0 a <&-'"
+            )
+            #expect(dcat.status == 1)
+            #expect(dcat.text == "1\n2\n3\n")
+            #expect(dcat.stderr == "dcat: P/self/fd/0: No such file or directory\n")
+        }
+    }
+
     // A directory copied into itself through a second path to it, a bind mount: its copy appeared in the
     // source as it was made, and was copied into itself 2,048 levels deep with the source's files in each
     // (helper-43). dcopy now refuses as cp does, by the identity of the destination's directories, and, as
