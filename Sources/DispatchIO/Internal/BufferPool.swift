@@ -89,9 +89,8 @@ enum IOTuning {
     static let offloadMinimum = 128 << 10
     /// A read of a regular file that comes back short (a file's end) with at most this many bytes is copied
     /// out of its pooled buffer (see `ReadOperation.deliverArrived`): a small file's bytes then hold a few
-    /// pages, not a megabyte.
-    /// Reads of pipes and sockets are not copied: their pieces are small and many, and a copy each would
-    /// cost as much as the read.
+    /// pages, not a megabyte. A pipe's or socket's short read is copied when it fills at most half of its
+    /// buffer, so that bytes held never hold more than twice their size in buffers.
     static let copiedChunk = 256 << 10
     /// Bytes one write system call takes at most (libdispatch: 1 MiB).
     static let writeChunk = 1 << 20
