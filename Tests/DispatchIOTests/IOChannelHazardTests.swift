@@ -14,6 +14,34 @@ import Glibc
 /// touched a file before its fix.
 @Suite(.serialized, .timeLimit(.minutes(1)))
 struct IOChannelHazardTests {
+    /// A pipe's short piece is copied out of its pooled megabyte, so that bytes kept do not keep the buffer:
+    /// a reader faster than its writer held a megabyte per piece, and dcat of files around a pipe peaked
+    /// over 16 MiB (helper-45). The read takes the pool's last idle buffer; the piece must not be in it.
+    @Test(arguments: EngineKind.allCases)
+    func aPipesShortPieceDoesNotKeepItsPooledBuffer(kind: EngineKind) async throws {
+        let pool = BufferPool.shared
+        pool.give(pool.take())
+        let next = try #require(pool.idleBuffers.last)
+        let (readEnd, writeEnd) = makePipe()
+        defer { try? readEnd.close() }
+        _ = try writeEnd.writeAll(pattern(3000))  // (less than a pipe holds, a page at least: nothing reads yet)
+        try writeEnd.close()
+        let channel = makeChannel(.stream, readEnd, kind)
+        channel.setLimit(lowWater: 1)
+        let pieces = Locked<[DispatchDataBuffer]>([])
+        let done = Promise<Void>()
+        channel.read(offset: 0, length: .max, queue: WorkQueue(label: "keep")) { finished, data, _ in
+            if let data, !data.isEmpty { pieces.withLock { $0.append(data) } }
+            if finished { done.fulfil(()) }
+        }
+        await done.get()
+        channel.close()
+        let kept = pieces.withLock { $0 }
+        #expect(kept.reduce(0) { $0 + $1.count } == 3000)
+        let addresses = kept.flatMap { $0.regions.map(\.bytes.baseAddress) }
+        #expect(!addresses.contains(UnsafeRawPointer(next)), "a piece in a pooled buffer")
+    }
+
     /// B41: a path channel opens a FIFO with `O_NONBLOCK`. The open used to wait for a writer, where neither
     /// stop nor teardown reached it: the read ended with ECANCELED at a stop, but the cleanup handler never
     /// ran. Now a read with no writer finds the end of the file at once, as libdispatch's does; one with a

@@ -38,6 +38,9 @@ final class BufferPool: @unchecked Sendable {
         return pointer
     }
 
+    /// The idle buffers, the next one to be taken last (for tests).
+    var idleBuffers: [UnsafeMutableRawPointer] { lock.withLock { idle } }
+
     func give(_ buffer: UnsafeMutableRawPointer) {
         let kept = lock.withLock { () -> Bool in
             guard idle.count < limit else { return false }
