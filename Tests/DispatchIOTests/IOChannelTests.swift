@@ -1384,13 +1384,7 @@ final class IOChannelTests {
             _ = fcntl(pipe.read.rawValue, F_SETFL, flags)
             let before = fcntl(pipe.read.rawValue, F_GETFL)
             let cleaned = Promise<Errno?>()
-            let channel = IOChannel(
-                type: .stream,
-                fileDescriptor: pipe.read,
-                queue: WorkQueue(label: "c"),
-                engine: Engines.get(kind),
-                cleanupHandler: cleanup(cleaned)
-            )
+            let channel = makeChannel(.stream, pipe.read, kind, cleaned: cleaned)
             channel.setLimit(lowWater: 1)
             let recorder = Recorder()
             channel.read(offset: 0, length: 4, queue: recorder.queue, handler: recorder.handler)
