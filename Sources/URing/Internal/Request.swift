@@ -389,21 +389,14 @@ final class BootTime: @unchecked Sendable {
             pointer.initialize(to: __kernel_timespec(tv_sec: 0, tv_nsec: 0))
             return
         }
+        // Both parts are positive here, and less than a second each is at most two seconds' worth.
         let (seconds, attoseconds) = remaining.components
         var sec = Int64(now.tv_sec) + seconds
         // Round partial nanoseconds up, so that rounding never makes a deadline early.
         var nsec = Int64(now.tv_nsec) + attoseconds / 1_000_000_000 + (attoseconds % 1_000_000_000 > 0 ? 1 : 0)
-        while nsec >= 1_000_000_000 {
+        if nsec >= 1_000_000_000 {
             nsec -= 1_000_000_000
             sec += 1
-        }
-        while nsec < 0 {
-            nsec += 1_000_000_000
-            sec -= 1
-        }
-        if sec < 0 {
-            sec = 0
-            nsec = 0
         }
         pointer.initialize(to: __kernel_timespec(tv_sec: sec, tv_nsec: nsec))
     }
