@@ -450,12 +450,9 @@ final class Copier: @unchecked Sendable {
         let sources = paths.dropLast()
         var targetInfo = stat()
         // A name for a descriptor the process started without dangles, as for cp (see `copy`).
-        let targetFound =
-            standardDescriptors?.namesAFilledDescriptor(target) != nil
-            ? {
-                errno = ENOENT
-                return false
-            }() : stat(target.cString, &targetInfo) == 0
+        let targetDangles = standardDescriptors?.namesAFilledDescriptor(target) != nil
+        if targetDangles { errno = ENOENT }
+        let targetFound = !targetDangles && stat(target.cString, &targetInfo) == 0
         let targetIsDirectory = targetFound && targetInfo.st_mode & S_IFMT == S_IFDIR
         if sources.count > 1 && !targetIsDirectory {
             return fail("target \(target.quoted)", targetFound ? .notDirectory : Errno(rawValue: errno))
