@@ -469,10 +469,14 @@ package final class IOEngine: Sendable {
         // chain's first request in its place, which blamed the source: `dcopy a ''` said `cannot open 'a'
         // for reading: Operation canceled` (helper-43). Such a copy goes the ordinary way, whose opens
         // report the error of the file that has it.
-        let refusedAtSubmission = [source, destination].contains { path in
-            path.withCString { strlen($0) == 0 || strlen($0) >= Int(PATH_MAX) }
+        func refusedAtSubmission(_ path: FilePath) -> Bool {
+            let length = path.withCString { strlen($0) }
+            return length == 0 || length >= Int(PATH_MAX)
         }
-        if backend.linkedCopies && (refusedAtSubmission || keepOpen && !backend.linkedCopiesKeepOpen) {
+        if backend.linkedCopies
+            && (refusedAtSubmission(source) || refusedAtSubmission(destination)
+                || keepOpen && !backend.linkedCopiesKeepOpen)
+        {
             // On an engine thread, as every other outcome.
             _ = backend.submit(.nop, keepAlive: nil) { _ in handler(.notStarted) }
             return
