@@ -71,13 +71,13 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
-        // Extended attributes (sys/xattr.h), which the Glibc module leaves out.
-        .systemLibrary(name: "CXattr"),
+        // System headers the Glibc module leaves out: extended attributes (sys/xattr.h), statfs and openat2.
+        .systemLibrary(name: "CGlibcExtras"),
         // What the two tools share: file names as bytes, cp's and cat's quoting of them in messages, and
         // cp -p's copy of ACLs.
         .target(
             name: "ToolSupport",
-            dependencies: ["CXattr", .product(name: "SystemPackage", package: "swift-system")]
+            dependencies: ["CGlibcExtras", .product(name: "SystemPackage", package: "swift-system")]
         ),
         .executableTarget(
             name: "dcat",

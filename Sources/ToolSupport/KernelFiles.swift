@@ -1,4 +1,4 @@
-import CXattr
+import CGlibcExtras
 
 #if canImport(Glibc)
 import Glibc

@@ -238,12 +238,14 @@ final class Concatenator: @unchecked Sendable {
     /// while the process's limit leaves none, it waits for one of them to close, keeps its place (the run
     /// holds one file fewer from then on), and tries again.
     private func openInput(_ path: PathName, _ files: FileRun) -> CInt {
-        var opened = path.withCString { open($0, O_RDONLY | O_CLOEXEC) }
+        // A name for one of dcat's own descriptors (`/dev/fd/3`, or `/dev/stdin` with descriptor 0 closed
+        // and filled) dangles, as it does for cat, which has none open when it opens the next file.
+        var opened = DescriptorNames.open(path, flags: O_RDONLY | O_CLOEXEC)
         while opened < 0 && (errno == EMFILE || errno == ENFILE) {
             let waited = files.giveUpAPlace()
             // Once more even when no file of the run held a descriptor: the last one may have closed
             // between the failed open and the look.
-            opened = path.withCString { open($0, O_RDONLY | O_CLOEXEC) }
+            opened = DescriptorNames.open(path, flags: O_RDONLY | O_CLOEXEC)
             if !waited { break }
         }
         return opened
@@ -262,12 +264,6 @@ final class Concatenator: @unchecked Sendable {
             }
             fd = STDIN_FILENO
         } else {
-            // `/dev/stdin` with descriptor 0 closed dangles for cat; here it would read the /dev/null that
-            // fills it.
-            if standardDescriptors.namesAFilledDescriptor(path) != nil {
-                files.drain()
-                return report(path, .noSuchFileOrDirectory)
-            }
             // Opening moves no file data: a plain open gives cat's errors (ENOENT, EACCES) at once.
             files.reserveDescriptor()
             var opened = openInput(path, files)

@@ -198,9 +198,6 @@ final class DirectoryPair: Sendable {
     }
 }
 
-/// `O_PATH`, which Glibc hides behind `_GNU_SOURCE` (asm-generic/fcntl.h).
-private let openPath: CInt = 0o10_000_000
-
 /// Where a file is, for the calls that reach it through the ring: its name in an open directory, or its
 /// path.
 struct FileLocation: Sendable {
@@ -355,8 +352,6 @@ struct FileBacklog {
 /// Copies sources to a destination, as cp does.
 final class Copier: @unchecked Sendable {
     let options: Options
-    /// The standard descriptors the process started without (nil in tests that make a copier).
-    private let standardDescriptors: StandardDescriptors?
     let engine = IOEngine.shared
     /// Where files' completions run: one serial queue per core, a file on one of them. Serial queues take
     /// the channels' handlers directly (a concurrent queue needs a private serial queue per operation to
@@ -388,6 +383,10 @@ final class Copier: @unchecked Sendable {
     /// Directories made writable by their owner while being filled (without `-p`), and their final mode.
     private var directoriesToRestrict: [(path: PathName, mode: mode_t)] = []
 
+    /// Whether a command-line file's destination is checked for a name of one of dcopy's own descriptors
+    /// (see DescriptorNames): where it is the target itself, or the target is a procfs directory. Set
+    /// before the walk.
+    private var destinationsMayNameDescriptors = false
     /// Whether ``FilesInUse`` counts the names of destinations still to be made: with two sources or more,
     /// where one can name another's copy otherwise. Set before the walk, then read by the walker alone.
     private var tracksNames = false
@@ -405,7 +404,6 @@ final class Copier: @unchecked Sendable {
 
     init(options: Options, showProgress: Bool, standardDescriptors: StandardDescriptors? = nil) {
         self.options = options
-        self.standardDescriptors = standardDescriptors
         let mask = umask(0)
         umask(mask)
         umaskAtStart = mask
@@ -449,11 +447,12 @@ final class Copier: @unchecked Sendable {
         }
         let sources = paths.dropLast()
         var targetInfo = stat()
-        // A name for a descriptor the process started without dangles, as for cp (see `copy`).
-        let targetDangles = standardDescriptors?.namesAFilledDescriptor(target) != nil
-        if targetDangles { errno = ENOENT }
-        let targetFound = !targetDangles && stat(target.cString, &targetInfo) == 0
+        // A name for one of dcopy's own descriptors dangles (see `copy`).
+        let targetFound = DescriptorNames.status(target, followingLinks: true, &targetInfo) == 0
         let targetIsDirectory = targetFound && targetInfo.st_mode & S_IFMT == S_IFDIR
+        // A destination named by the command line, or made in a directory of descriptors (`dcopy 3
+        // /dev/fd`), may name one of dcopy's own descriptors when it is opened.
+        destinationsMayNameDescriptors = !targetIsDirectory || target.withCString { isKernelMadeFile(atPath: $0) }
         if sources.count > 1 && !targetIsDirectory {
             return fail("target \(target.quoted)", targetFound ? .notDirectory : Errno(rawValue: errno))
         }
@@ -569,18 +568,16 @@ final class Copier: @unchecked Sendable {
         // A source in the target that an earlier source's copy is making is there once that copy ends, as
         // cp's order has it (`dcopy -r t/y e/y/x e` said `cannot stat 'e/y/x'`).
         if topLevel && isBeingMade(source) { running.wait() }
-        // `/dev/stdin`, `/dev/fd/1` and the like name a descriptor the process started without: cp finds
-        // them dangling, where here they would open the /dev/null that fills the descriptor (`dcopy
-        // /dev/stdin a <&-` emptied `a`, and `dcopy a /dev/stdout >&-` wrote nowhere with status 0).
-        // With -r a link operand is copied as a link (helper-44: `cp -r /dev/stdin x <&-` makes a link).
-        if topLevel, let name = standardDescriptors?.namesAFilledDescriptor(source),
-            name == .entry || !options.recursive
-        {
-            return fail("cannot stat \(source.quoted)", .noSuchFileOrDirectory)
-        }
         var info = stat()
         // With -r, links are copied as links (cp's -P default for -R); without it they are followed.
-        let rc = options.recursive ? lstat(source.cString, &info) : stat(source.cString, &info)
+        // `/dev/stdin`, `/dev/fd/3` and the like may name one of dcopy's own descriptors, and then dangle
+        // (see DescriptorNames): they would have opened the /dev/null that fills a closed descriptor 0
+        // (`dcopy /dev/stdin a <&-` emptied `a`), or another source's file. With -r a link operand is
+        // still copied as a link (helper-44: `cp -r /dev/stdin x <&-` makes a link).
+        let rc =
+            topLevel
+            ? DescriptorNames.status(source, followingLinks: !options.recursive, &info)
+            : options.recursive ? lstat(source.cString, &info) : stat(source.cString, &info)
         if rc != 0 {
             fail("cannot stat \(source.quoted)", Errno(rawValue: errno))
             return
@@ -590,8 +587,8 @@ final class Copier: @unchecked Sendable {
             return
         }
         // (A directory meets the name itself, as cp's does.)
-        if topLevel && info.st_mode & S_IFMT != S_IFDIR,
-            let name = standardDescriptors?.namesAFilledDescriptor(destination)
+        if topLevel && destinationsMayNameDescriptors && info.st_mode & S_IFMT != S_IFDIR,
+            let name = DescriptorNames.reach(destination)
         {
             switch name {
             case .link: return fail("not writing through dangling symlink \(destination.quoted)")

@@ -939,6 +939,35 @@ struct DcopyTests {
         }
     }
 
+    // A name for one of dcopy's own descriptors dangles too, as it would for cat: dcopy copies several
+    // files at once and holds directories, and `dcopy -r tree /dev/fd/3 d` made `d/3` a link to its ring
+    // (`anon_inode:[io_uring]`), where `dcopy s1 ... s6 /dev/fd/N d` copied another source's bytes now and
+    // then (helper-45). cp differs only where it reaches its own target directory, its descriptor 3 (`cp -r
+    // tree /dev/fd/3 d` copies a link to `d` into `d`), so dcopy's words are checked on their own. A
+    // descriptor the shell hands down is still copied through its name, as by cp.
+    @Test func namesOfItsOwnDescriptorsDangle() throws {
+        try inScratch { scratch in
+            let outcome = try scratch.run(
+                """
+                exec 3<&- 4<&- 5<&- 6<&- 7<&- 8<&- 9<&-
+                mkdir -p tree/a d e; printf tree > tree/a/f; for n in 1 2 3 4 5 6; do seq 20000 > s$n; done
+                for n in 3 4 5 6 7 8 9; do
+                    "$DCOPY" -r tree s1 /dev/fd/$n d; echo $?
+                    "$DCOPY" s1 s2 s3 s4 s5 s6 /proc/self/fd/$n e; echo $?
+                done
+                ls d e; "$DCOPY" /dev/fd/5 handed 5< s1 && cmp s1 handed && echo handed
+                """
+            )
+            let lines = (3...9).map {
+                "dcopy: cannot stat '/dev/fd/\($0)': No such file or directory\n"
+                    + "dcopy: cannot stat '/proc/self/fd/\($0)': No such file or directory\n"
+            }
+            #expect(outcome.stderr == lines.joined())
+            let listing = "d:\ns1\ntree\n\ne:\ns1\ns2\ns3\ns4\ns5\ns6\nhanded\n"
+            #expect(outcome.text == String(repeating: "1\n1\n", count: 7) + listing)
+        }
+    }
+
     // The same through a procfs mounted elsewhere (helper-45: the check knew only /proc, and `dcopy
     // P/self/fd/0 a <&-` emptied `a`), and through dcat.
     @Test(.enabled(if: canMountPrivately, "mounts a procfs in a mount namespace of its own"))

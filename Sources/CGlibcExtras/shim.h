@@ -1,0 +1,22 @@
+#ifndef CGLIBCEXTRAS_SHIM_H
+#define CGLIBCEXTRAS_SHIM_H
+
+// What Swift's Glibc module leaves out: extended attributes (dcopy -p copies POSIX ACLs through them),
+// `fstatfs`, whose file-system type tells dcat the kernel's own files, and `openat2`, which glibc
+// does not wrap (and `syscall` is variadic, so Swift cannot call it).
+#include <sys/types.h>
+#include <sys/xattr.h>
+#include <sys/vfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/openat2.h>
+
+/// openat(2) that refuses to follow a magic link (`/proc/self/fd/N`, `/proc/self/cwd`) with ELOOP.
+/// With `O_PATH | O_NOFOLLOW` a magic link that is the last component is opened itself. Fails with
+/// ENOSYS before Linux 5.6, or where a seccomp filter does not know the call.
+static inline int glibc_extras_open_without_magic_links(int directory, const char *path, int flags) {
+    struct open_how how = {.flags = (unsigned long long)(unsigned int)flags, .mode = 0, .resolve = RESOLVE_NO_MAGICLINKS};
+    return (int)syscall(SYS_openat2, directory, path, &how, sizeof how);
+}
+
+#endif
