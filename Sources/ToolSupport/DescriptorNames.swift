@@ -45,6 +45,12 @@ package enum DescriptorNames {
         return path.withCString { Glibc.open($0, flags) }
     }
 
+    /// Opens `path` with `openat2(RESOLVE_NO_MAGICLINKS)` alone: -1 with `errno` set when the path meets a
+    /// magic link (`ELOOP`) or the call is missing, where ``open(_:flags:)`` would look further.
+    package static func openWithoutMagicLinks(_ path: PathName, flags: CInt) -> CInt {
+        path.withCString { glibc_extras_open_without_magic_links(AT_FDCWD, $0, flags) }
+    }
+
     /// `stat(2)`, or `lstat(2)` when `followingLinks` is false, of `path`, except that a name reaching one
     /// of the process's own descriptors fails with `ENOENT`. A symbolic link to such a name (`/dev/stdin`)
     /// is a link like any other to `lstat`, as it is for cp -r. Returns 0, or -1 with `errno` set.

@@ -83,6 +83,29 @@ package struct FileStatus: Sendable, Equatable {
     }
 }
 
+extension FileStatus {
+    /// The status `stat(2)` gave, for a caller that has it already and need not ask the ring again.
+    package init(_ info: stat) {
+        // glibc's gnu_dev_major and gnu_dev_minor, which Swift cannot import (they are macros).
+        let device = UInt64(info.st_dev)
+        self.init(
+            size: Int64(info.st_size),
+            mode: UInt32(info.st_mode),
+            uid: info.st_uid,
+            gid: info.st_gid,
+            linkCount: UInt32(truncatingIfNeeded: info.st_nlink),
+            inode: UInt64(info.st_ino),
+            deviceMajor: UInt32(truncatingIfNeeded: ((device >> 8) & 0xfff) | ((device >> 32) & ~0xfff)),
+            deviceMinor: UInt32(truncatingIfNeeded: (device & 0xff) | ((device >> 12) & ~0xff)),
+            blockSize: UInt32(truncatingIfNeeded: info.st_blksize),
+            blocks: UInt64(info.st_blocks),
+            accessTime: info.st_atim,
+            modificationTime: info.st_mtim,
+            changeTime: info.st_ctim
+        )
+    }
+}
+
 /// Readiness conditions for ``IOEngine/poll(_:events:then:)``, as `poll(2)` spells them.
 package struct PollEvents: OptionSet, Sendable, Hashable {
     package let rawValue: UInt32

@@ -318,6 +318,40 @@ struct PendingFile {
     let place: Int
     /// The files it reads and writes (see ``FilesInUse``).
     let inUse: FileInUse
+    /// Both files' status, when the walker has just taken them.
+    let known: KnownStatus?
+}
+
+/// `stat(2)` of `path`.
+private func status(of path: PathName) -> Result<stat, Errno> {
+    var info = stat()
+    return stat(path.cString, &info) == 0 ? .success(info) : .failure(Errno(rawValue: errno))
+}
+
+/// `realpath` of command-line sources, where those named one after another in one directory (`dcopy src/*
+/// dir`) share their directory's: a source whose last component is no link then costs one `readlink`, where
+/// `realpath` took a `getcwd` and a `readlink` per component.
+struct ResolvedParent {
+    private var last: (path: PathName, resolved: PathName?)?
+
+    /// `source.resolved`, or nil when it cannot be resolved. `source` is not `.` or `..` itself.
+    mutating func resolve(_ source: PathName) -> PathName? {
+        var byte: CChar = 0
+        guard !source.endsWithSlash, readlink(source.cString, &byte, 1) < 0, errno == EINVAL else {
+            return source.resolved
+        }
+        let parent = source.parent
+        if last?.path != parent { last = (parent, parent.resolved) }
+        return last!.resolved?.appending(source.lastComponent)
+    }
+}
+
+/// The status of a file's source and destination, taken by the walker just before the file was handed on;
+/// the copy need not take them again through the ring (for a file named on the command line, whose copy
+/// would otherwise take the status of both again, then wait for both before going on).
+struct KnownStatus: Sendable {
+    let source: FileStatus
+    let destination: Result<FileStatus, Errno>
 }
 
 extension PathName {
@@ -396,6 +430,8 @@ final class Copier: @unchecked Sendable {
     /// into itself that the paths did not show, through a second path to a directory (a bind mount of one
     /// of the source's subdirectories, helper-44), and cp refuses it there.
     private var madeDirectories: Set<FileID> = []
+    /// How command-line sources are looked up (walker only).
+    private var sourceLookup = SourceLookup()
     /// Such a copy into itself was found: the walk of this top-level operand stops there, as cp's does.
     private var foundCopyIntoItself = false
     /// The process's umask, read once before any copy runs: reading it means setting it, and a file made
@@ -467,11 +503,12 @@ final class Copier: @unchecked Sendable {
             // it as it is made, where a source lies in the target. Counting names cost `dcopy -r` of ten
             // trees 8 % of its time (367 against 341 ms, 25 rounds in turn), so only then.
             let target = target.resolved
+            var parents = ResolvedParent()
             tracksNames = sources.contains { source in
                 let last = source.lastComponent
                 if last == "." || last == ".." { return true }
                 // A source not there yet may be made by an earlier one's copy.
-                guard let target, let resolved = source.resolved else { return true }
+                guard let target, let resolved = parents.resolve(source) else { return true }
                 return resolved.isWithin(target)
             }
         }
@@ -576,7 +613,7 @@ final class Copier: @unchecked Sendable {
         // still copied as a link (helper-44: `cp -r /dev/stdin x <&-` makes a link).
         let rc =
             topLevel
-            ? DescriptorNames.status(source, followingLinks: !options.recursive, &info)
+            ? sourceLookup.status(source, followingLinks: !options.recursive, &info)
             : options.recursive ? lstat(source.cString, &info) : stat(source.cString, &info)
         if rc != 0 {
             fail("cannot stat \(source.quoted)", Errno(rawValue: errno))
@@ -596,7 +633,9 @@ final class Copier: @unchecked Sendable {
             }
         }
         if topLevel && !isFirstMention(of: source, info) { return }
-        if topLevel && !settle(destination, for: source, isDirectory: info.st_mode & S_IFMT == S_IFDIR) { return }
+        // The destination's status when settle took it (a file, without -r), for the copy to use again.
+        var destinationStatus: Result<stat, Errno>?
+        if topLevel && !settle(destination, for: source, info, &destinationStatus) { return }
         switch info.st_mode & S_IFMT {
         case S_IFDIR:
             copyDirectory(source, to: destination, info: info, topLevel: topLevel)
@@ -628,7 +667,9 @@ final class Copier: @unchecked Sendable {
                 to: destination,
                 location: .paths,
                 destinationIsNew: destinationIsNew,
-                sourceFile: FileID(info)
+                sourceFile: FileID(info),
+                sourceStatus: info,
+                destinationStatus: destinationStatus
             )
         }
     }
@@ -637,12 +678,10 @@ final class Copier: @unchecked Sendable {
     /// twice (`a a`, `s/a s/./a`: the same file, last component and directory) and copies it once.
     private func isFirstMention(of source: PathName, _ info: stat) -> Bool {
         guard commandLine != nil else { return true }
-        var directory = stat()
-        _ = stat(source.parent.cString, &directory)
         let mention = SourceMention(
             file: FileID(info),
             name: source.lastComponent,
-            directory: FileID(directory)
+            directory: sourceLookup.directoryID(of: source)
         )
         if commandLine!.mentions.insert(mention).inserted { return true }
         let kind = info.st_mode & S_IFMT == S_IFDIR ? "directory" : "file"
@@ -655,17 +694,28 @@ final class Copier: @unchecked Sendable {
     /// directory). Otherwise, when an earlier source went to the same place (a directory merging into an
     /// earlier one's copy, or a file meeting a directory), that source's copies land first, as they would
     /// have with cp, which copies one file at a time: then the checks below see what cp would see.
-    private func settle(_ destination: PathName, for source: PathName, isDirectory: Bool) -> Bool {
+    /// `destinationStatus`: the destination's status, where this took it and nothing can have changed it
+    /// before the copy starts.
+    private func settle(
+        _ destination: PathName,
+        for source: PathName,
+        _ info: stat,
+        _ destinationStatus: inout Result<stat, Errno>?
+    ) -> Bool {
         guard commandLine != nil else { return true }
+        let isDirectory = info.st_mode & S_IFMT == S_IFDIR
         guard let earlierIsDirectory = commandLine!.made[destination] else {
             // A file copied onto itself makes nothing (its copy is refused), and a later source may go there.
-            if isDirectory || !isSameFile(source, destination) { commandLine!.made[destination] = isDirectory }
+            if isDirectory || !isSameFile(source, info, destination, &destinationStatus) {
+                commandLine!.made[destination] = isDirectory
+            }
             return true
         }
         if !isDirectory && !earlierIsDirectory {
+            var taken: Result<stat, Errno>?
             // cp's look for the same file comes first (`dcopy f d/f d`: d/f onto itself).
             fail(
-                isSameFile(source, destination)
+                isSameFile(source, info, destination, &taken)
                     ? sameFileRefusal(source, destination)
                     : "will not overwrite just-created \(destination.quoted) with \(source.quoted)"
             )
@@ -677,16 +727,22 @@ final class Copier: @unchecked Sendable {
 
     /// Whether a command-line source and its destination are one file as its copy will see them: links
     /// followed, or with `-r`, which keeps links, by ``creatingOver(_:for:_:_:)``'s rule (two links to one
-    /// file are two files).
-    private func isSameFile(_ source: PathName, _ destination: PathName) -> Bool {
-        var from = stat()
-        var to = stat()
+    /// file are two files). `info`: the source's status as the walk took it (`lstat` with `-r`). `taken`:
+    /// the destination's status as a copy takes it (without `-r`).
+    private func isSameFile(
+        _ source: PathName,
+        _ info: stat,
+        _ destination: PathName,
+        _ taken: inout Result<stat, Errno>?
+    ) -> Bool {
         guard options.recursive else {
-            return stat(source.cString, &from) == 0 && stat(destination.cString, &to) == 0
-                && FileID(from) == FileID(to)
+            taken = status(of: destination)
+            guard case .success(let to) = taken else { return false }
+            return FileID(info) == FileID(to)
         }
-        guard lstat(source.cString, &from) == 0, lstat(destination.cString, &to) == 0 else { return false }
-        return FileID(from) == FileID(to) || isFollowedSameFile(source, from, destination, to)
+        var to = stat()
+        guard lstat(destination.cString, &to) == 0 else { return false }
+        return FileID(info) == FileID(to) || isFollowedSameFile(source, info, destination, to)
     }
 
     private func copyDirectory(_ source: PathName, to destination: PathName, info: stat, topLevel: Bool) {
@@ -934,23 +990,36 @@ final class Copier: @unchecked Sendable {
         to destination: PathName,
         location: FileLocation,
         destinationIsNew: Bool,
-        sourceFile: FileID
+        sourceFile: FileID,
+        sourceStatus: stat? = nil,
+        destinationStatus taken: Result<stat, Errno>? = nil
     ) {
-        func currentFiles() -> FileInUse {
-            var existing = stat()
-            let destinationFile =
-                !destinationIsNew && stat(destination.cString, &existing) == 0 ? FileID(existing) : nil
+        var destinationStatus: Result<FileStatus, Errno> = .failure(.noSuchFileOrDirectory)
+        func currentFiles(_ taken: Result<stat, Errno>?) -> FileInUse {
+            var destinationFile: FileID?
+            if !destinationIsNew {
+                switch taken ?? status(of: destination) {
+                case .success(let found):
+                    destinationFile = FileID(found)
+                    destinationStatus = .success(FileStatus(found))
+                case .failure(let error):
+                    destinationStatus = .failure(error)
+                }
+            }
             return FileInUse(
                 reading: sourceFile,
                 writing: destinationFile,
                 names: tracksNames ? (source.withoutDotComponents, destination.withoutDotComponents) : nil
             )
         }
-        var inUse = currentFiles()
+        var inUse = currentFiles(taken)
+        var known = sourceStatus.map { KnownStatus(source: FileStatus($0), destination: destinationStatus) }
         if !self.inUse.withLock({ $0.add(inUse) }) {
             running.wait()
             // Every copy has ended: nothing is in use, and the destination may have been made meanwhile.
-            inUse = currentFiles()
+            // The source may have been written too (through a destination that is a link to it).
+            inUse = currentFiles(nil)
+            known = nil
             _ = self.inUse.withLock { $0.add(inUse) }
         }
         running.enter()
@@ -961,7 +1030,8 @@ final class Copier: @unchecked Sendable {
             location: location,
             destinationIsNew: destinationIsNew,
             place: messages.reserve(),
-            inUse: inUse
+            inUse: inUse,
+            known: known
         )
         let (startNow, mustWait) = files.withLock { backlog -> (Bool, Bool) in
             if backlog.running < Limits.files {
@@ -983,7 +1053,8 @@ final class Copier: @unchecked Sendable {
             destination: file.destination,
             location: file.location,
             destinationIsNew: file.destinationIsNew,
-            place: file.place
+            place: file.place,
+            known: file.known
         ) { [self] in
             inUse.withLock { $0.remove(file.inUse) }
             fileEnded()

@@ -74,6 +74,8 @@ final class FileCopy: @unchecked Sendable {
     /// is past the source's status and the destination's checks, where cp prints it (before opening
     /// anything), and its error when it ends.
     private let place: Int
+    /// Both files' status, when the walker took them just before: the ring need not take them again.
+    private let known: KnownStatus?
 
     init(
         copier: Copier,
@@ -82,6 +84,7 @@ final class FileCopy: @unchecked Sendable {
         location: FileLocation = .paths,
         destinationIsNew: Bool = false,
         place: Int,
+        known: KnownStatus? = nil,
         completion: @escaping @Sendable () -> Void
     ) {
         self.copier = copier
@@ -90,6 +93,7 @@ final class FileCopy: @unchecked Sendable {
         self.location = location
         self.destinationIsNew = destinationIsNew
         self.place = place
+        self.known = known
         self.completion = completion
         self.queue = copier.queueForNextFile()
     }
@@ -99,6 +103,13 @@ final class FileCopy: @unchecked Sendable {
     func start() {
         // Queued before a write's error ended the run: cp never reached it.
         if copier.isEnding { return end() }
+        if let known {
+            lock.withLock {
+                sourceInfo = known.source
+                destinationInfo = known.destination
+            }
+            return open()
+        }
         if destinationIsNew {
             lock.withLock { destinationInfo = .failure(.noSuchFileOrDirectory) }
             // The source's status is all there is to wait for: open from its completion, without a hop

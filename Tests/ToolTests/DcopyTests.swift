@@ -653,6 +653,28 @@ struct DcopyTests {
         }
     }
 
+    // A command-line source written by an earlier one's copy, through a destination that is a link to it:
+    // cp copies one file at a time, so the later source's copy is of what the earlier one wrote. dcopy takes
+    // each source's status as it names it, and hands it to the copy; one that had to wait for a copy of the
+    // file it reads takes it again: with the old status, -p gave the copy the source's old times (the
+    // probe of a small file's copy catches the old size). Forty files first, so that the two wait in the
+    // backlog.
+    @Test func aSourceWrittenByAnEarlierSourcesCopy() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "for n in $(seq 40); do seq $n > s$n; done; seq 100000 > y; printf short > x; mkdir d "
+                    + "&& ln -s ../y d/x && seq 100000 > b; printf short > a; mkdir e && ln -s ../a e/b "
+                    + "&& touch -d 2001-01-01 y a && touch -d 2002-02-02 x b",
+                "%cp -p s* x y d; echo $?; %cp -p s* b a e; echo $?",
+                check: "cat y a | md5sum; cat d/y e/a | md5sum; wc -c < d/y; wc -c < e/a; "
+                    + "date -r d/y +%F; date -r e/a +%F"
+            )
+            #expect(result.theirsCheck.text.hasSuffix("5\n588895\n2002-02-02\n2002-02-02\n"))
+            expectSame(result)
+        }
+    }
+
     // A source ending in `/.` names its copies `e/./d` where another operand's is `e/d`: one new file. The
     // two copies ran at once, neither knowing of the other, and the file came out a mix of both with status
     // 0, or one failed with `File exists` (helper-34: in 39 of 40 runs one or the other). Now the later

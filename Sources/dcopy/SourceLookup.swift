@@ -1,0 +1,51 @@
+import ToolSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Looks up the sources named on the command line: each one's status, and its directory's identity for
+/// cp's warning about a source named twice.
+///
+/// A source's status must not come through one of dcopy's own descriptors (see ``DescriptorNames``), which
+/// costs an `openat2`, an `fstat` and a `close` where a `stat` did. Sources named one after another in one
+/// directory (`dcopy src/* dir`) share that look at the directory instead: once it is known to be reached
+/// without a magic link, a source in it whose last component is not a link (a magic link is one to `lstat`)
+/// takes one `lstat`, and the directory's identity is already known. Ten thousand files named on the
+/// command line took 1.26× cp's time before, with about ten system calls each on the walker's thread.
+struct SourceLookup {
+    /// The last directory looked at: its path as the sources spell it, and its identity.
+    private var directory: (path: PathName, id: FileID)?
+
+    /// `stat` of `source`, or `lstat` when `followingLinks` is false, as ``DescriptorNames/status(_:followingLinks:_:)``
+    /// gives it. Returns 0, or -1 with `errno` set.
+    mutating func status(_ source: PathName, followingLinks: Bool, _ info: inout stat) -> CInt {
+        // `d/` and `d/.` name a directory that `lstat` of the last component would not check for.
+        if !source.endsWithSlash && !source.lastComponent.isDotOrDotDot && look(at: source.parent) != nil
+            && lstat(source.cString, &info) == 0 && info.st_mode & S_IFMT != S_IFLNK
+        {
+            return 0
+        }
+        return DescriptorNames.status(source, followingLinks: followingLinks, &info)
+    }
+
+    /// The identity of `source`'s directory, as `stat` gives it (zero when it has none).
+    mutating func directoryID(of source: PathName) -> FileID {
+        if let id = look(at: source.parent) { return id }
+        var info = stat()
+        _ = stat(source.parent.cString, &info)
+        return FileID(info)
+    }
+
+    /// The identity of the directory at `path` when it is reached without a magic link; nil otherwise.
+    private mutating func look(at path: PathName) -> FileID? {
+        if let directory, directory.path == path { return directory.id }
+        let fd = DescriptorNames.openWithoutMagicLinks(path, flags: openPath | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return nil }
+        directory = (path, FileID(info))
+        return FileID(info)
+    }
+}
