@@ -95,6 +95,29 @@ public final class IOChannel: Sendable {
         entry.attach(core)
     }
 
+    /// Creates a channel on a descriptor the caller has just opened with `flags` and looked at with
+    /// `fstat`, as ``init(type:fileDescriptor:queue:cleanupHandler:)`` does, without asking the kernel
+    /// again what the caller knows: the file's identity and kind (`status`), its mode (`flags`), and its
+    /// position, the start. dcat of 10,000 small files made three calls fewer per file.
+    package init(
+        type: StreamType,
+        justOpened fileDescriptor: FileDescriptor,
+        flags: CInt,
+        status: stat,
+        queue: WorkQueue,
+        cleanupHandler: @escaping @Sendable (_ error: Errno?) -> Void
+    ) {
+        let entry = FileEntry.forDescriptor(fileDescriptor.rawValue, engine: .shared, known: (status, flags))
+        core = ChannelCore(
+            entry: entry,
+            type: type,
+            queue: queue,
+            position: 0,
+            cleanupHandler: cleanupHandler
+        )
+        entry.attach(core)
+    }
+
     /// Creates a channel on a file that it opens itself, at its first operation or barrier (B41).
     ///
     /// Anything but a regular file is opened with `O_NONBLOCK` (and a regular file without it), as

@@ -308,7 +308,12 @@ final class Concatenator: @unchecked Sendable {
                 // Standard input's channel reads from its position (a random channel's offsets start there):
                 // what lies ahead is the size less that position.
                 let position = ownsDescriptor ? 0 : max(Int64(lseek(fd, 0, SEEK_CUR)), 0)
-                files.add(path: path, fd: fd, size: Int64(size.st_size) - position, ownsDescriptor: ownsDescriptor)
+                files.add(
+                    path: path,
+                    fd: fd,
+                    size: Int64(size.st_size) - position,
+                    openedWithStatus: ownsDescriptor ? info : nil
+                )
                 if !ownsDescriptor {
                     // Standard input is left where cat leaves it: after what was read.
                     lseek(fd, off_t(files.drain()), SEEK_CUR)
@@ -675,20 +680,35 @@ final class FileRun: @unchecked Sendable {
         for _ in 0..<withheld.load(ordering: .relaxed) { descriptors.signal() }
     }
 
-    /// Adds a regular file, open on `fd` (and closed by the run when `ownsDescriptor`), whose descriptor was
-    /// reserved. Its reading starts at once if the budget allows.
-    func add(path: PathName, fd: CInt, size: Int64, ownsDescriptor: Bool) {
+    /// Adds a regular file, open on `fd`, whose descriptor was reserved. Its reading starts at once if the
+    /// budget allows. `openedWithStatus`: the `fstat` of a descriptor dcat has just opened for reading,
+    /// which the run closes; nil for standard input.
+    func add(path: PathName, fd: CInt, size: Int64, openedWithStatus status: stat?) {
         let descriptors = self.descriptors
         held.add(1, ordering: .releasing)
-        let channel = IOChannel(
-            type: .random,
-            fileDescriptor: FileDescriptor(rawValue: fd),
-            queue: concatenator.queue
-        ) { [self] _ in
-            if ownsDescriptor { Glibc.close(fd) }
+        let cleanup: @Sendable (Errno?) -> Void = { [self] _ in
+            if status != nil { Glibc.close(fd) }
             held.subtract(1, ordering: .releasing)
             descriptors.signal()
         }
+        let channel =
+            if let status {
+                IOChannel(
+                    type: .random,
+                    justOpened: FileDescriptor(rawValue: fd),
+                    flags: O_RDONLY,
+                    status: status,
+                    queue: concatenator.queue,
+                    cleanupHandler: cleanup
+                )
+            } else {
+                IOChannel(
+                    type: .random,
+                    fileDescriptor: FileDescriptor(rawValue: fd),
+                    queue: concatenator.queue,
+                    cleanupHandler: cleanup
+                )
+            }
         // One delivery per window: the whole window, as the read's final call.
         channel.setLimit(lowWater: Int.max)
         let queuePump = state.withLock { state -> Bool in

@@ -26,10 +26,13 @@ final class ChannelCore: @unchecked Sendable {
     /// For random channels: offsets are relative to the descriptor's position at creation (B10, B46).
     private(set) var baseOffset: Int64 = 0
 
+    /// `position`: the descriptor's position, when the caller knows it (a random channel's offsets start
+    /// there).
     init(
         entry: FileEntry,
         type: IOChannel.StreamType,
         queue: WorkQueue,
+        position: Int64? = nil,
         cleanupHandler: @escaping @Sendable (Errno?) -> Void
     ) {
         self.entry = entry
@@ -37,7 +40,7 @@ final class ChannelCore: @unchecked Sendable {
         self.queue = queue
         self.cleanupHandler = cleanupHandler
         if type == .random, case .descriptor = entry.source {
-            baseOffset = Int64(max(lseek(entry.fd, 0, SEEK_CUR), 0))
+            baseOffset = position ?? Int64(max(lseek(entry.fd, 0, SEEK_CUR), 0))
         }
     }
 

@@ -99,11 +99,13 @@ final class FileEntry: @unchecked Sendable {
     }
 
     /// The entry for descriptor `fd`, shared with every live channel on that number.
-    static func forDescriptor(_ fd: CInt, engine: IOEngine) -> FileEntry {
+    /// `known`: the descriptor's `fstat` and open flags, when its caller has just opened it.
+    static func forDescriptor(_ fd: CInt, engine: IOEngine, known: (status: stat, flags: CInt)? = nil) -> FileEntry {
         // Entries go by number, so a number closed and reused while a channel still held it would find the
         // old file's entry (B37); checking the file's identity gives the new file an entry of its own.
-        var st = stat()
-        let identity = fstat(fd, &st) == 0 ? FileIdentity(device: st.st_dev, inode: st.st_ino) : nil
+        var st = known?.status ?? stat()
+        let identity =
+            known != nil || fstat(fd, &st) == 0 ? FileIdentity(device: st.st_dev, inode: st.st_ino) : nil
         return registry.withLock { entries in
             if let entry = entries[fd], entry.engine === engine,
                 entry.lock.withLock({ () -> Bool in
@@ -116,7 +118,7 @@ final class FileEntry: @unchecked Sendable {
             }
             let entry = FileEntry(engine: engine, fd: fd, source: .descriptor)
             entry.attaching = 1
-            entry.validateDescriptor(identity == nil ? nil : st)
+            entry.validateDescriptor(identity == nil ? nil : st, flags: known?.flags)
             entries[fd] = entry
             return entry
         }
@@ -132,8 +134,9 @@ final class FileEntry: @unchecked Sendable {
 
     /// `fstat` does not wait on anything, so descriptors are validated at once; failures are still
     /// reported asynchronously, through cleanup handlers and operations (B2).
-    /// `status`: the descriptor's `fstat`, already taken by the caller; nil when it failed.
-    private func validateDescriptor(_ status: stat?) {
+    /// `status`: the descriptor's `fstat`, already taken by the caller; nil when it failed. `flags`: its
+    /// open flags, when the caller knows them.
+    private func validateDescriptor(_ status: stat?, flags: CInt?) {
         var st = status ?? stat()
         if status == nil, fstat(fd, &st) != 0 {
             failure = Errno(rawValue: errno)
@@ -142,7 +145,7 @@ final class FileEntry: @unchecked Sendable {
             kind = FileKind(mode: st.st_mode)
             sizeAtOpen = kind == .regular ? Int64(st.st_size) : .max
             if kind == .directory { failure = .isDirectory }
-            isAppend = fcntl(fd, F_GETFL) & O_APPEND != 0
+            isAppend = (flags ?? fcntl(fd, F_GETFL)) & O_APPEND != 0
         }
         validated = true
     }
