@@ -60,8 +60,9 @@ package enum DescriptorNames {
         if fd >= 0 {
             defer { close(fd) }
             guard fstat(fd, &info) == 0 else { return -1 }
-            // O_PATH | O_NOFOLLOW opens a magic link that ends the path as itself.
-            guard !followingLinks && info.st_mode & S_IFMT == S_IFLNK && reach(path) == .entry else { return 0 }
+            // O_PATH | O_NOFOLLOW opens a magic link that ends the path as itself; only procfs has them.
+            guard !followingLinks && info.st_mode & S_IFMT == S_IFLNK && isOnProcfs(fd) && reach(path) == .entry
+            else { return 0 }
             errno = ENOENT
             return -1
         }
@@ -73,6 +74,28 @@ package enum DescriptorNames {
         return path.withCString { followingLinks ? stat($0, &info) : lstat($0, &info) }
     }
 
+    /// ``reach(_:)`` of a name to write to, which may not be there yet: it is walked only when it meets a
+    /// magic link, or would be made in a procfs directory (`dcopy 3 /dev/fd`). Two to four calls where the
+    /// walk took three per component.
+    package static func reach(creating path: PathName) -> Reach? {
+        let found = openWithoutMagicLinks(path, flags: openPath | O_CLOEXEC)
+        if found >= 0 {
+            close(found)
+            return nil
+        }
+        guard errno == ENOENT else { return reach(path) }
+        let parent = openWithoutMagicLinks(path.parent, flags: openPath | O_DIRECTORY | O_CLOEXEC)
+        guard parent >= 0 else { return reach(path) }
+        defer { close(parent) }
+        return isOnProcfs(parent) ? reach(path) : nil
+    }
+
+    /// Whether `fd` lies on a procfs, the only file system with magic links.
+    package static func isOnProcfs(_ fd: CInt) -> Bool {
+        var system = statfs()
+        return fstatfs(fd, &system) == 0 && Int(system.f_type) == procSuperMagic
+    }
+
     /// Whether descriptor `number` is closed or was opened by this process: close-on-exec, which a
     /// descriptor the process was started with cannot be.
     private static func isOwnOrClosed(_ number: CInt) -> Bool {
@@ -81,77 +104,78 @@ package enum DescriptorNames {
     }
 
     /// Whether, and how, `path` reaches a descriptor that is closed or the process's own: `/dev/stdin`,
-    /// `/dev/fd/3`, `/proc/self/fd/3` or a link to one. The path is resolved a component at a time up to a
-    /// link in a `fd` directory of this process on any procfs (`/proc/self/fd`, a thread's `/proc/TID/fd`
-    /// or `task/TID/fd`, a procfs mounted elsewhere: helper-45).
+    /// `/dev/fd/3`, `/proc/self/fd/3`, a link to one, or a path through one (`/dev/fd/5/x` where `x` is a
+    /// link to `/dev/fd/3`). The path is walked a component at a time from a descriptor of the directory
+    /// reached so far: a link elsewhere is followed by its text, a link on a procfs (magic or not) by the
+    /// kernel, so that another process's `/proc/PID/cwd` or `root` leads where it leads for cat, in that
+    /// process's namespace, and no path is spelled out whole (a working directory deeper than `PATH_MAX`).
+    /// A numbered entry of this process's `fd` directory, on any procfs (`/proc/self/fd`, a thread's, a
+    /// procfs mounted elsewhere: helper-45), is a descriptor: one that is closed or the process's own ends
+    /// the walk, and one the process was started with is followed to its file (helper-46 found the walk
+    /// stopping there, and reading behind it).
     package static func reach(_ path: PathName) -> Reach? {
         let slash = UInt8(ascii: "/")
-        var resolved: [[UInt8]] = []
+        var directory = Glibc.open(path.bytes.first == slash ? "/" : ".", openPath | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { return nil }
+        defer { close(directory) }
+        /// Goes on from `next`, a descriptor the walk opened; false when the open failed.
+        func move(to next: CInt) -> Bool {
+            guard next >= 0 else { return false }
+            close(directory)
+            directory = next
+            return true
+        }
         var pending = components(Array(path.bytes))
         // The path's own components are the last `original` of `pending`: links' targets go in front.
         var original = pending.count
-        if path.bytes.first != slash {
-            guard let working = getcwd(nil, 0) else { return nil }
-            defer { free(working) }
-            pending = components(Array(UnsafeRawBufferPointer(start: working, count: strlen(working)))) + pending
-        }
         var lastIsLink = false
         var links = 0
+        var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         while !pending.isEmpty {
             let isOriginal = pending.count <= original
             let component = pending.removeFirst()
             if isOriginal { original -= 1 }
             if component == Array(".".utf8) { continue }
-            if component == Array("..".utf8) {
-                _ = resolved.popLast()
+            let name = component.map { CChar(bitPattern: $0) } + [0]
+            if let number = CInt(String(decoding: component, as: UTF8.self)), isOwnDescriptorDirectory(directory) {
+                if isOwnOrClosed(number) { return lastIsLink && pending.isEmpty ? .link : .entry }
+                // One the process was started with: on from its file.
+                guard move(to: openat(directory, name, openPath | O_CLOEXEC)) else { return nil }
                 continue
             }
-            if let number = CInt(String(decoding: component, as: UTF8.self)), isOwnDescriptorDirectory(resolved) {
-                // A link to an open descriptor, whose target is not a path to follow.
-                guard isOwnOrClosed(number) else { return nil }
-                return lastIsLink && pending.isEmpty ? .link : .entry
-            }
-            let candidate = resolved + [component]
-            var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-            let length = readlink(spelled(candidate), &target, target.count - 1)
-            guard length > 0 else {
-                resolved = candidate
+            let length = readlinkat(directory, name, &target, target.count - 1)
+            if length <= 0 {
+                // Not a link: a directory to go into, unless the path ends here.
+                guard !pending.isEmpty, move(to: openat(directory, name, openPath | O_NOFOLLOW | O_CLOEXEC))
+                else { return nil }
                 continue
             }
             links += 1
             if links > 40 { return nil }
             if isOriginal && original == 0 { lastIsLink = true }
+            if isOnProcfs(directory) {
+                // `self`, `cwd`, `root`, another process's descriptor: where the kernel takes it.
+                guard move(to: openat(directory, name, openPath | O_CLOEXEC)) else { return nil }
+                continue
+            }
             let bytes = target[0..<length].map { UInt8(bitPattern: $0) }
-            if bytes.first == slash { resolved = [] }
+            if bytes.first == slash {
+                guard move(to: Glibc.open("/", openPath | O_DIRECTORY | O_CLOEXEC)) else { return nil }
+            }
             pending = components(bytes) + pending
         }
         return nil
     }
 
-    /// Whether `directory` is a `fd` directory of this process on a procfs, wherever it is mounted:
-    /// `ROOT/X/fd` where `X` is the process or one of its threads, or `ROOT/P/task/T/fd` where `P` is the
-    /// process, as the procfs at `ROOT` numbers them (its `self`, which is not getpid() in a PID namespace
-    /// whose /proc was not mounted again).
-    private static func isOwnDescriptorDirectory(_ directory: [[UInt8]]) -> Bool {
-        let procSuperMagic = 0x9FA0
-        var info = statfs()
-        guard directory.last == Array("fd".utf8), directory.count >= 2,
-            statfs(spelled(directory), &info) == 0, Int(info.f_type) == procSuperMagic
-        else { return false }
-        let inTask = directory.count >= 4 && directory[directory.count - 3] == Array("task".utf8)
-        let process = directory[directory.count - (inTask ? 4 : 2)]
-        let root = Array(directory.dropLast(inTask ? 4 : 2))
-        var own = [CChar](repeating: 0, count: 32)
-        let ownLength = readlink(spelled(root + [Array("self".utf8)]), &own, own.count - 1)
-        guard ownLength > 0 else { return false }
-        if own[0..<ownLength].map({ UInt8(bitPattern: $0) }) == process { return true }
-        // A thread's own directory (`/proc/TID`) is one of the process's tasks.
-        return !inTask && access(spelled(root + [Array("self".utf8), Array("task".utf8), process]), F_OK) == 0
-    }
-
-    /// Components as an absolute path for a system call.
-    private static func spelled(_ components: [[UInt8]]) -> [CChar] {
-        components.flatMap { [UInt8(ascii: "/")] + $0 }.map { CChar(bitPattern: $0) } + [0]
+    /// Whether `directory` is a `fd` directory of this process on a procfs, wherever it is mounted, and
+    /// whichever of its threads it belongs to: there the entry of `directory`'s own number is a link to
+    /// `directory` itself, which no other process has open (and a PID namespace changes nothing).
+    private static func isOwnDescriptorDirectory(_ directory: CInt) -> Bool {
+        guard isOnProcfs(directory) else { return false }
+        var own = stat()
+        var entry = stat()
+        return fstat(directory, &own) == 0 && fstatat(directory, String(directory), &entry, 0) == 0
+            && own.st_dev == entry.st_dev && own.st_ino == entry.st_ino
     }
 
     /// The components of a path, without empty ones (a doubled or trailing slash).
@@ -159,6 +183,9 @@ package enum DescriptorNames {
         bytes.split(separator: UInt8(ascii: "/")).map { Array($0) }
     }
 }
+
+/// procfs's magic number (linux/magic.h).
+private let procSuperMagic = 0x9FA0
 
 /// `O_PATH`, which Glibc hides behind `_GNU_SOURCE` (asm-generic/fcntl.h).
 package let openPath: CInt = 0o10_000_000

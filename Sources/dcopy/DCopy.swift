@@ -625,7 +625,7 @@ final class Copier: @unchecked Sendable {
         }
         // (A directory meets the name itself, as cp's does.)
         if topLevel && destinationsMayNameDescriptors && info.st_mode & S_IFMT != S_IFDIR,
-            let name = DescriptorNames.reach(destination)
+            let name = DescriptorNames.reach(creating: destination)
         {
             switch name {
             case .link: return fail("not writing through dangling symlink \(destination.quoted)")

@@ -14,38 +14,41 @@ import Glibc
 /// takes one `lstat`, and the directory's identity is already known. Ten thousand files named on the
 /// command line took 1.26× cp's time before, with about ten system calls each on the walker's thread.
 struct SourceLookup {
-    /// The last directory looked at: its path as the sources spell it, and its identity.
-    private var directory: (path: PathName, id: FileID)?
+    /// The last directory looked at: its path as the sources spell it, its identity, and whether it is on
+    /// a procfs (whose links may be magic ones).
+    private var directory: (path: PathName, id: FileID, onProcfs: Bool)?
 
     /// `stat` of `source`, or `lstat` when `followingLinks` is false, as ``DescriptorNames/status(_:followingLinks:_:)``
     /// gives it. Returns 0, or -1 with `errno` set.
     mutating func status(_ source: PathName, followingLinks: Bool, _ info: inout stat) -> CInt {
         // `d/` and `d/.` name a directory that `lstat` of the last component would not check for.
-        if !source.endsWithSlash && !source.lastComponent.isDotOrDotDot && look(at: source.parent) != nil
-            && lstat(source.cString, &info) == 0 && info.st_mode & S_IFMT != S_IFLNK
+        if !source.endsWithSlash && !source.lastComponent.isDotOrDotDot, let directory = look(at: source.parent),
+            lstat(source.cString, &info) == 0
         {
-            return 0
+            // A link is what `lstat` says, with -r, unless it may be a magic one (`/dev/fd/3`).
+            let isLink = info.st_mode & S_IFMT == S_IFLNK
+            if !isLink || !followingLinks && !directory.onProcfs { return 0 }
         }
         return DescriptorNames.status(source, followingLinks: followingLinks, &info)
     }
 
     /// The identity of `source`'s directory, as `stat` gives it (zero when it has none).
     mutating func directoryID(of source: PathName) -> FileID {
-        if let id = look(at: source.parent) { return id }
+        if let directory = look(at: source.parent) { return directory.id }
         var info = stat()
         _ = stat(source.parent.cString, &info)
         return FileID(info)
     }
 
-    /// The identity of the directory at `path` when it is reached without a magic link; nil otherwise.
-    private mutating func look(at path: PathName) -> FileID? {
-        if let directory, directory.path == path { return directory.id }
+    /// The directory at `path` when it is reached without a magic link; nil otherwise.
+    private mutating func look(at path: PathName) -> (path: PathName, id: FileID, onProcfs: Bool)? {
+        if let directory, directory.path == path { return directory }
         let fd = DescriptorNames.openWithoutMagicLinks(path, flags: openPath | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0 else { return nil }
-        directory = (path, FileID(info))
-        return FileID(info)
+        directory = (path, FileID(info), DescriptorNames.isOnProcfs(fd))
+        return directory
     }
 }

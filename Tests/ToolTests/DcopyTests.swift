@@ -1014,6 +1014,28 @@ struct DcopyTests {
         }
     }
 
+    // A path through another process's working directory (`/proc/PID/cwd`) goes on in that process's mount
+    // namespace, as it does for cp. The check of names walked it again by its text in dcopy's own, where
+    // the same names were links to `/dev/fd/3` and `/dev/fd/4`, and refused both (helper-46).
+    @Test(.enabled(if: canMountPrivately, "mounts a tmpfs in a mount namespace of its own"))
+    func namesThroughAnotherProcesssWorkingDirectoryAreItsNames() throws {
+        try inScratch { scratch in
+            let script = """
+                rm -rf ns ready a; mkdir ns; ln -s /dev/fd/3 ns/x; ln -s /dev/fd/4 ns/x4; mkfifo ready; echo g > g
+                unshare -m --propagation private bash -c '
+                mount -t tmpfs t ns || { echo > ready; exit 99; }; echo theirs > ns/x; echo theirs > ns/x4; cd ns; echo > ../ready
+                exec sleep 60' &
+                read -r _ < ready; P=$!
+                "$T" /proc/$P/cwd/x a; echo $?; cat a; "$T" g /proc/$P/cwd/x4; echo $?; cat /proc/$P/cwd/x4
+                "$DCAT" /proc/$P/cwd/x; kill -KILL $P
+                """
+            let (cp, ours) = try eachTool(scratch, script)
+            #expect(cp.text == "0\ntheirs\n0\ng\ntheirs\n")
+            #expect(ours.text == cp.text)
+            #expect(ours.stderr == "")
+        }
+    }
+
     // A directory copied into itself through a second path to it, a bind mount: its copy appeared in the
     // source as it was made, and was copied into itself 2,048 levels deep with the source's files in each
     // (helper-43). dcopy now refuses as cp does, by the identity of the destination's directories, and, as
