@@ -34,6 +34,11 @@ extern int pipe2(int pipefd[2], int flags);
 extern int statx(int dirfd, const char *restrict pathname, int flags, unsigned int mask,
                  struct statx *restrict statxbuf);
 
+// openat2(2), which glibc does not wrap (and `syscall` is variadic).
+static inline int curing_openat2(int dirfd, const char *path, struct open_how *how) {
+    return (int)syscall(SYS_openat2, dirfd, path, how, sizeof *how);
+}
+
 // The number of CPUs in the calling thread's affinity mask (up to 1,024), or 0 when it cannot be read. The
 // raw call: glibc's wrapper and CPU_COUNT need _GNU_SOURCE too. The kernel returns the bytes it wrote.
 static inline int curing_affinity_cpu_count(void) {

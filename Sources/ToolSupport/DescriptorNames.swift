@@ -75,15 +75,17 @@ package enum DescriptorNames {
     }
 
     /// ``reach(_:)`` of a name to write to, which may not be there yet: it is walked only when it meets a
-    /// magic link, or would be made in a procfs directory (`dcopy 3 /dev/fd`). Two to four calls where the
-    /// walk took three per component.
+    /// magic link, is a link to nothing (`/dev/fd/3` with 3 closed), or would be made in a procfs directory
+    /// (`dcopy 3 /dev/fd`). Two to five calls where the walk took three per component.
     package static func reach(creating path: PathName) -> Reach? {
         let found = openWithoutMagicLinks(path, flags: openPath | O_CLOEXEC)
         if found >= 0 {
             close(found)
             return nil
         }
-        guard errno == ENOENT else { return reach(path) }
+        // ENOENT: nothing there, or a link to nothing, which may be a descriptor's entry.
+        var byte: CChar = 0
+        guard errno == ENOENT, readlink(path.cString, &byte, 1) < 0 else { return reach(path) }
         let parent = openWithoutMagicLinks(path.parent, flags: openPath | O_DIRECTORY | O_CLOEXEC)
         guard parent >= 0 else { return reach(path) }
         defer { close(parent) }

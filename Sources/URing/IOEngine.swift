@@ -322,16 +322,27 @@ package final class IOEngine: Sendable {
     /// thread closes the descriptor if the open ever returns one. (It does so for any open in its system
     /// call when the cancel comes, a quick one too, which then reports ECANCELED although an `O_CREAT` may
     /// have made the file; io_uring lets such an open finish, and its cancel reports `EALREADY`.)
+    ///
+    /// With `refusingMagicLinks` the open is `openat2(2)`'s with `RESOLVE_NO_MAGICLINKS`: a path that meets
+    /// one (`/proc/self/fd/3`, `/dev/stdin`) fails with `ELOOP`, and `ENOSYS` before Linux 5.6.
     @discardableResult
     package func openat(
         _ directory: CInt = AT_FDCWD,
         path: FilePath,
         flags: CInt,
         permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead],
+        refusingMagicLinks: Bool = false,
         then handler: @escaping CompletionHandler
     ) -> OperationID {
-        backend.submit(
-            .openat(dirfd: directory, path: CPath(path), flags: flags | O_CLOEXEC, mode: permissions.rawValue),
+        let how = refusingMagicLinks ? OpenHow(flags: flags | O_CLOEXEC, mode: permissions.rawValue) : nil
+        return backend.submit(
+            .openat(
+                dirfd: directory,
+                path: CPath(path),
+                flags: flags | O_CLOEXEC,
+                mode: permissions.rawValue,
+                how: how
+            ),
             offload: flags & O_NONBLOCK == 0,
             keepAlive: nil,
             handler: handler

@@ -224,6 +224,15 @@ func sameFileRefusal(_ source: PathName, _ destination: PathName) -> String {
     "\(source.quoted) and \(destination.quoted) are the same file"
 }
 
+/// cp's refusal of a destination that names a descriptor that is closed, which is how one of dcopy's own
+/// looks (see DescriptorNames): a link to it dangles, and its entry in `/proc/PID/fd` is not there.
+func danglingNameRefusal(_ destination: PathName, _ reach: DescriptorNames.Reach) -> String {
+    switch reach {
+    case .link: "not writing through dangling symlink \(destination.quoted)"
+    case .entry: "cannot create regular file \(destination.quoted): \(describe(.noSuchFileOrDirectory))"
+    }
+}
+
 /// A file by device and inode.
 struct FileID: Hashable {
     let device: dev_t
@@ -250,6 +259,9 @@ struct FilesInUse {
     /// being written, as a destination spelled otherwise (`e/./d` for `e/d`, from a source `s/.`) or as a
     /// source. Two copies into one new file wrote it at once, and it came out a mix of both (helper-34).
     var creating: [PathName: Int] = [:]
+    /// How many copies into an existing file have ended: a status taken before one of them ended may be
+    /// out of date (that file may have been a source, through a destination that is a link to it).
+    private(set) var overwritesEnded = 0
 
     private func conflicts(_ copy: FileInUse) -> Bool {
         if writing[copy.reading] != nil { return true }
@@ -274,6 +286,7 @@ struct FilesInUse {
         Self.decrement(&reading, copy.reading)
         if let destination = copy.writing {
             Self.decrement(&writing, destination)
+            overwritesEnded += 1
         } else if let names = copy.names {
             Self.decrement(&creating, names.writing)
         }
@@ -605,6 +618,9 @@ final class Copier: @unchecked Sendable {
         // A source in the target that an earlier source's copy is making is there once that copy ends, as
         // cp's order has it (`dcopy -r t/y e/y/x e` said `cannot stat 'e/y/x'`).
         if topLevel && isBeingMade(source) { running.wait() }
+        // Copies into existing files ended so far: the copy takes the status below only if none ends before
+        // it is registered (see startFile).
+        let overwritesBefore = topLevel ? inUse.withLock { $0.overwritesEnded } : nil
         var info = stat()
         // With -r, links are copied as links (cp's -P default for -R); without it they are followed.
         // `/dev/stdin`, `/dev/fd/3` and the like may name one of dcopy's own descriptors, and then dangle
@@ -625,12 +641,9 @@ final class Copier: @unchecked Sendable {
         }
         // (A directory meets the name itself, as cp's does.)
         if topLevel && destinationsMayNameDescriptors && info.st_mode & S_IFMT != S_IFDIR,
-            let name = DescriptorNames.reach(creating: destination)
+            let reach = DescriptorNames.reach(creating: destination)
         {
-            switch name {
-            case .link: return fail("not writing through dangling symlink \(destination.quoted)")
-            case .entry: return fail("cannot create regular file \(destination.quoted)", .noSuchFileOrDirectory)
-            }
+            return fail(danglingNameRefusal(destination, reach))
         }
         if topLevel && !isFirstMention(of: source, info) { return }
         // The destination's status when settle took it (a file, without -r), for the copy to use again.
@@ -668,7 +681,7 @@ final class Copier: @unchecked Sendable {
                 location: .paths,
                 destinationIsNew: destinationIsNew,
                 sourceFile: FileID(info),
-                sourceStatus: info,
+                sourceStatus: overwritesBefore.map { (info, $0) },
                 destinationStatus: destinationStatus
             )
         }
@@ -991,7 +1004,7 @@ final class Copier: @unchecked Sendable {
         location: FileLocation,
         destinationIsNew: Bool,
         sourceFile: FileID,
-        sourceStatus: stat? = nil,
+        sourceStatus: (info: stat, overwritesBefore: Int)? = nil,
         destinationStatus taken: Result<stat, Errno>? = nil
     ) {
         var destinationStatus: Result<FileStatus, Errno> = .failure(.noSuchFileOrDirectory)
@@ -1013,8 +1026,13 @@ final class Copier: @unchecked Sendable {
             )
         }
         var inUse = currentFiles(taken)
-        var known = sourceStatus.map { KnownStatus(source: FileStatus($0), destination: destinationStatus) }
-        if !self.inUse.withLock({ $0.add(inUse) }) {
+        var known = sourceStatus.map { KnownStatus(source: FileStatus($0.info), destination: destinationStatus) }
+        let (added, overwritesNow) = self.inUse.withLock { ($0.add(inUse), $0.overwritesEnded) }
+        // A copy into an existing file ended since the source's status was taken: that file may have been
+        // this source, written through a destination that is a link to it (the copy of `x` into `d/x -> ../y`
+        // gives `y` new bytes and, with -p, new times, before `y` is copied).
+        if overwritesNow != sourceStatus?.overwritesBefore { known = nil }
+        if !added {
             running.wait()
             // Every copy has ended: nothing is in use, and the destination may have been made meanwhile.
             // The source may have been written too (through a destination that is a link to it).

@@ -147,14 +147,19 @@ final class FileCopy: @unchecked Sendable {
     private func open() {
         let (info, existing, failure) = lock.withLock { (sourceInfo, destinationInfo, error) }
         guard let info, failure == nil else { return queue.async { [self] in end() } }
-        if case .success(let other) = existing, other.isSameFile(as: info) {
+        if case .success(let other) = existing, other.isSameFile(as: info) || other.isDirectory {
             // cp refuses before opening anything.
-            lock.withLock { error = sameFileRefusal(source, destination) }
-            return queue.async { [self] in end() }
-        }
-        if case .success(let other) = existing, other.isDirectory {
-            lock.withLock { error = "cannot overwrite directory \(destination.quoted) with non-directory" }
-            return queue.async { [self] in end() }
+            let refusal =
+                other.isSameFile(as: info)
+                ? sameFileRefusal(source, destination)
+                : "cannot overwrite directory \(destination.quoted) with non-directory"
+            return queue.async { [self] in
+                // Unless the status came through a name of one of dcopy's own descriptors (`d/f` a link to
+                // `/dev/fd/5`, 5 a directory the run holds: helper-46), which dangles, as for cp.
+                let reach = DescriptorNames.reach(creating: destination)
+                lock.withLock { error = reach.map { danglingNameRefusal(destination, $0) } ?? refusal }
+                end()
+            }
         }
         if let refusal = destinationStatRefusal(existing) {
             lock.withLock { error = refusal }
@@ -277,13 +282,33 @@ final class FileCopy: @unchecked Sendable {
         }
     }
 
-    private func openDestination(_ info: FileStatus, existed: Bool) {
+    /// `refusingMagicLinks`: an existing destination is opened only if no magic link leads to it, since
+    /// one may name one of dcopy's own descriptors (`d/f` a link to `/dev/fd/5`, helper-46: another
+    /// source's file was cut and written over). Such a name dangles, as it would for cp with the
+    /// descriptor closed; one that leads to a descriptor the process was started with is opened again
+    /// without the check.
+    private func openDestination(_ info: FileStatus, existed: Bool, refusingMagicLinks: Bool = true) {
         // A new file gets the source's permission bits less the umask (the kernel applies it), as with cp.
         let permissions = creationPermissions(info)
         // A new file is made with O_EXCL, as cp does, so that a dangling symbolic link is not written through.
         let flags = O_WRONLY | O_CREAT | O_TRUNC | (existed ? 0 : O_EXCL)
         let (directory, path) = location.destination(destination)
-        engine.openat(directory, path: path, flags: flags, permissions: permissions) { [self] result in
+        let refusing = existed && refusingMagicLinks
+        engine.openat(directory, path: path, flags: flags, permissions: permissions, refusingMagicLinks: refusing) {
+            [self] result in
+            // ELOOP: a magic link on the way; ENOENT: a link to a descriptor closed since the status was
+            // taken; ENOSYS, EPERM: no openat2 here.
+            if refusing, let failure = result.error,
+                [.tooManySymbolicLinkLevels, .noSuchFileOrDirectory, .noFunction, .notPermitted].contains(failure)
+            {
+                return queue.async { [self] in
+                    guard let reach = DescriptorNames.reach(destination) else {
+                        return openDestination(info, existed: existed, refusingMagicLinks: false)
+                    }
+                    lock.withLock { error = danglingNameRefusal(destination, reach) }
+                    begin(info)
+                }
+            }
             lock.withLock {
                 if let failure = result.error {
                     error = message(.openDestination, failure, existed: existed)

@@ -256,6 +256,43 @@ struct EngineTests {
         }
     }
 
+    /// An open that refuses magic links (`openat2`'s `RESOLVE_NO_MAGICLINKS`) opens an ordinary path, with
+    /// its flags and mode, and fails with `ELOOP` through `/proc/self/fd/N` or a link to it: dcopy opens
+    /// existing destinations so, since such a name may reach a file of its own.
+    @Test(arguments: EngineKind.allCases)
+    func anOpenRefusingMagicLinks(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        try await withEngine(kind) { engine in
+            let opened = await complete {
+                engine.openat(
+                    path: FilePath(dir.file("new")),
+                    flags: O_WRONLY | O_CREAT | O_EXCL,
+                    permissions: [.ownerReadWrite],
+                    refusingMagicLinks: true,
+                    then: $0
+                )
+            }
+            #expect(opened.error == nil)
+            let fd = CInt(opened.result)
+            #expect(fcntl(fd, F_GETFD) & FD_CLOEXEC != 0)
+            #expect(fcntl(fd, F_GETFL) & O_ACCMODE == O_WRONLY)
+            var info = stat()
+            #expect(fstat(fd, &info) == 0 && info.st_mode & 0o777 == 0o600)
+            #expect(symlink("/proc/self/fd/\(fd)", dir.file("link")) == 0)
+            for path in ["/proc/self/fd/\(fd)", dir.file("link")] {
+                let refused = await complete {
+                    engine.openat(path: FilePath(path), flags: O_WRONLY | O_TRUNC, refusingMagicLinks: true, then: $0)
+                }
+                #expect(refused.error == .tooManySymbolicLinkLevels)
+            }
+            let plain = await complete { engine.openat(path: FilePath(dir.file("link")), flags: O_RDONLY, then: $0) }
+            #expect(plain.error == nil)
+            if plain.error == nil { close(CInt(plain.result)) }
+            close(fd)
+        }
+    }
+
     /// An open without `O_NONBLOCK` waits as `openat(2)` does: a FIFO's reader until a writer comes.
     /// io_uring's inline attempt adds `O_NONBLOCK`, which opened it at once (and for writing failed with
     /// `ENXIO`): `dcopy fifo out` made `out` before anything was written to the FIFO, where cp waits.

@@ -326,8 +326,11 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                 res = 0
             case .read, .write, .vector:
                 res = transfer(request)
-            case .openat(let dirfd, let path, let flags, let mode):
-                res = syscallResult(Int(Glibc.openat(dirfd, path.pointer, flags, mode)))
+            case .openat(let dirfd, let path, let flags, let mode, let how):
+                let fd =
+                    how.map { curing_openat2(dirfd, path.pointer, $0.pointer) }
+                    ?? Glibc.openat(dirfd, path.pointer, flags, mode)
+                res = syscallResult(Int(fd))
             case .close(let fd):
                 res = syscallResult(Int(Glibc.close(fd)))
             case .statx(let dirfd, let path, let flags, let box):

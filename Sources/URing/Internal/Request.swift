@@ -53,7 +53,8 @@ enum Op {
     case read(fd: CInt, buffer: UnsafeMutableRawPointer?, length: Int, offset: Int64)
     case write(fd: CInt, buffer: UnsafeMutableRawPointer?, length: Int, offset: Int64)
     case vector(IOVector, fd: CInt, offset: Int64, isWrite: Bool)
-    case openat(dirfd: CInt, path: CPath, flags: CInt, mode: mode_t)
+    /// With `how`, `openat2(2)`: the open refuses magic links.
+    case openat(dirfd: CInt, path: CPath, flags: CInt, mode: mode_t, how: OpenHow? = nil)
     case close(fd: CInt)
     case statx(dirfd: CInt, path: CPath, flags: CInt, box: StatxBox)
     case fsync(fd: CInt, dataOnly: Bool)
@@ -325,6 +326,27 @@ final class IOVector: @unchecked Sendable {
         // Elements of length 0 count as done: a writev whose rest is all empty is complete.
         while start < count && base[start].iov_len == 0 { start += 1 }
     }
+}
+
+/// The `struct open_how` of an `openat2(2)` that refuses magic links (`RESOLVE_NO_MAGICLINKS`): the kernel
+/// reads it when the request is submitted.
+final class OpenHow: @unchecked Sendable {
+    let pointer: UnsafeMutablePointer<open_how>
+
+    init(flags: CInt, mode: mode_t) {
+        // openat2 refuses a mode (EINVAL) unless the open may make a file: O_CREAT, or O_TMPFILE's own bit.
+        let makes = flags & (O_CREAT | 0o20_000_000) != 0
+        pointer = .allocate(capacity: 1)
+        pointer.initialize(
+            to: open_how(
+                flags: UInt64(UInt32(bitPattern: flags)),
+                mode: makes ? UInt64(mode) : 0,
+                resolve: UInt64(RESOLVE_NO_MAGICLINKS)
+            )
+        )
+    }
+
+    deinit { pointer.deallocate() }
 }
 
 /// The `struct statx` a stat request fills in.

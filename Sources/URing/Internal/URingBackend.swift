@@ -662,8 +662,12 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
             } else {
                 io_uring_prep_readv(sqe, fd, rest.pointer, UInt32(rest.count), offset)
             }
-        case .openat(let dirfd, let path, let flags, let mode):
-            io_uring_prep_openat(sqe, dirfd, path.pointer, flags, mode)
+        case .openat(let dirfd, let path, let flags, let mode, let how):
+            if let how {
+                io_uring_prep_openat2(sqe, dirfd, path.pointer, how.pointer)
+            } else {
+                io_uring_prep_openat(sqe, dirfd, path.pointer, flags, mode)
+            }
         case .close(let fd):
             io_uring_prep_close(sqe, fd)
         case .statx(let dirfd, let path, let flags, let box):
