@@ -312,7 +312,8 @@ final class Concatenator: @unchecked Sendable {
                     path: path,
                     fd: fd,
                     size: Int64(size.st_size) - position,
-                    openedWithStatus: ownsDescriptor ? info : nil
+                    // The status after the wait above, as the channel would take it itself.
+                    openedWithStatus: ownsDescriptor ? size : nil
                 )
                 if !ownsDescriptor {
                     // Standard input is left where cat leaves it: after what was read.
