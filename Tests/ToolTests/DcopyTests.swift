@@ -675,6 +675,26 @@ struct DcopyTests {
         }
     }
 
+    // A copy that waits in the backlog takes both files' status when it starts, as cp takes them just
+    // before it copies: with the walker's, a copy queued behind a FIFO waiting for its writer (one copy at
+    // a time under `ulimit -n 20`) opened `d/f`, made a link to its source `f` in the meantime, with
+    // O_TRUNC, and emptied the source with status 0 (helper-47). The FIFO's `-v` line says its copy is
+    // waiting; the walker has by then nearly always looked at `f` (it does nothing else in between).
+    @Test func aQueuedCopyLooksAtItsFilesWhenItStarts() throws {
+        try inScratch { scratch in
+            let outcome = try scratch.run(
+                """
+                mkfifo p v; printf precious-data > f; mkdir d; echo old > d/f
+                (ulimit -n 20; exec "$DCOPY" -v p f d > v 2> err) & exec 5< v; read -r line <&5; echo "$line"
+                rm d/f; ln -s ../f d/f; echo fifo > p; cat <&5; wait $!; echo $?; cat f; echo; cat err
+                """
+            )
+            #expect(
+                outcome.text == "'p' -> 'd/p'\n1\nprecious-data\ndcopy: 'f' and 'd/f' are the same file\n"
+            )
+        }
+    }
+
     // A source ending in `/.` names its copies `e/./d` where another operand's is `e/d`: one new file. The
     // two copies ran at once, neither knowing of the other, and the file came out a mix of both with status
     // 0, or one failed with `File exists` (helper-34: in 39 of 40 runs one or the other). Now the later
