@@ -1,6 +1,7 @@
 import DispatchData
 import DispatchIO
 import DispatchQueues
+import Synchronization
 import SystemPackage
 import ToolSupport
 import URing
@@ -117,16 +118,19 @@ final class FileCopy: @unchecked Sendable {
             statSource { [self] in open() }
             return
         }
-        let joined = WorkGroup()
-        joined.enter()
-        joined.enter()
-        statSource { joined.leave() }
+        // Both statuses come back on the ring thread; the second to arrive opens from there, as the source's
+        // alone does above. A join on the queue cost a hop per file: 10,000 files named on the command line,
+        // which mostly start here from the backlog, took 1.12-1.22x cp's time with it, 1.0-1.1x without.
+        let pending = Atomic(2)
+        let arrived: @Sendable () -> Void = { [self] in
+            if pending.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { open() }
+        }
+        statSource(then: arrived)
         let (destinationDirectory, destinationPath) = location.destination(destination)
         engine.stat(destinationDirectory, path: destinationPath) { [self] result in
             lock.withLock { destinationInfo = result }
-            joined.leave()
+            arrived()
         }
-        joined.notify(queue: queue) { [self] in open() }
     }
 
     /// Takes the source's status through the ring, then runs `next` on the ring thread.
