@@ -13,9 +13,10 @@ import Glibc
 
 /// `dcat`: GNU `cat` without options, on ``IOChannel``.
 ///
-/// Every byte goes through channels: one on each input (random on a regular file, stream otherwise) and
-/// one on standard output. The main thread only opens files and waits; handlers run on a serial queue and
-/// hand what was read straight to the output channel, so the tool has no read or write loop of its own.
+/// Every byte goes through ``IOChannel``: a channel on each input (random on a regular file, stream
+/// otherwise), except that a regular file under 64 KiB is read with one `IOChannel.readSmallFile`, and one
+/// on standard output. The main thread only opens files and waits; handlers run on a serial queue and hand
+/// what was read straight to the output channel, so the tool has no read or write loop of its own.
 @main
 enum Main {
     static func main() {
@@ -556,6 +557,13 @@ final class OutputCursor: Sendable {
 /// a window is written once the ones before it (of its file and of the files before) are, and a file's
 /// message, when it failed, once every byte before it is written. All of it runs on the concatenator's
 /// serial queue, so writes are submitted in order.
+///
+/// A file dcat opened whose size at open is under 64 KiB has no channel: its one window is one
+/// `IOChannel.readSmallFile` into a buffer of 64 KiB, and counts that against the budget. A channel and its
+/// read cost more than the read itself at that size: with a channel each, 10,000 files of 4 KiB took
+/// 0.19–0.30 s of user time and 1.1–1.5x cat's time; without, 0.06–0.07 s and 0.66x. (The budget alone,
+/// counting 64 KiB for such a window where it had counted a megabyte, gave 1.08x, against 1.18x before.)
+/// Such a file that grew past its first window gets a channel then.
 final class FileRun: @unchecked Sendable {
     /// Files open at once: their descriptors, and so how far the reading may run ahead of the writing.
     static let maxFiles = 16
@@ -585,7 +593,13 @@ final class FileRun: @unchecked Sendable {
     private struct File {
         let id: Int
         let path: PathName
-        let channel: IOChannel
+        let fd: CInt
+        /// The channel that reads it; nil for a file opened by dcat whose size at open is under
+        /// ``IOChannel/smallReadLimit`` until a window after its first is asked (a file that grew): its
+        /// first window is one ``IOChannel/readSmallFile(_:at:length:sizeAtOpen:engine:then:)``.
+        var channel: IOChannel?
+        /// Closes the descriptor, if dcat opened it, and gives its place back; the channel's cleanup handler.
+        let cleanup: @Sendable (Errno?) -> Void
         /// The size at open: windows inside it may be read ahead; the rest is read only at the file's turn.
         let size: Int64
         /// Windows issued so far, and where the next one starts.
@@ -622,6 +636,8 @@ final class FileRun: @unchecked Sendable {
     /// One window's read: where it started, what it asked, and what came back.
     private struct Window {
         let length: Int
+        /// What it counts against the budget (see ``FileRun/reserve(_:)``).
+        let reserve: Int
         let data: DispatchDataBuffer
         let error: Errno?
     }
@@ -692,6 +708,32 @@ final class FileRun: @unchecked Sendable {
             held.subtract(1, ordering: .releasing)
             descriptors.signal()
         }
+        // A small file's one window is one read, with no channel (see `read`).
+        let channel = status != nil && size < IOChannel.smallReadLimit ? nil : makeChannel(fd, status, cleanup)
+        let queuePump = state.withLock { state -> Bool in
+            let file = File(
+                id: state.nextID,
+                path: path,
+                fd: fd,
+                channel: channel,
+                cleanup: cleanup,
+                size: max(size, 0)
+            )
+            state.files.append(file)
+            state.nextID += 1
+            defer { state.pumpQueued = true }
+            return !state.pumpQueued
+        }
+        if queuePump { concatenator.queue.async { self.pump() } }
+    }
+
+    /// A channel on `fd` that delivers each read once, whole, as its final call. `status`: as for ``add``;
+    /// nil for standard input, or for a file whose status is out of date (the channel takes it again).
+    private func makeChannel(
+        _ fd: CInt,
+        _ status: stat?,
+        _ cleanup: @escaping @Sendable (Errno?) -> Void
+    ) -> IOChannel {
         let channel =
             if let status {
                 IOChannel(
@@ -712,13 +754,7 @@ final class FileRun: @unchecked Sendable {
             }
         // One delivery per window: the whole window, as the read's final call.
         channel.setLimit(lowWater: Int.max)
-        let queuePump = state.withLock { state -> Bool in
-            state.files.append(File(id: state.nextID, path: path, channel: channel, size: max(size, 0)))
-            state.nextID += 1
-            defer { state.pumpQueued = true }
-            return !state.pumpQueued
-        }
-        if queuePump { concatenator.queue.async { self.pump() } }
+        return channel
     }
 
     /// Waits until every file added is written, its message printed and its channel closed; returns how
@@ -737,8 +773,8 @@ final class FileRun: @unchecked Sendable {
     /// Moves the write cursor and issues windows. Runs on the serial queue only, so writes leave in order.
     private func pump() {
         var writes: [(data: DispatchDataBuffer, reserve: Int)] = []
-        var reads: [(channel: IOChannel, id: Int, index: Int, offset: Int64, length: Int)] = []
-        var closes: [IOChannel] = []
+        var reads: [Read] = []
+        var closes: [File] = []
         let idle = state.withLock { state -> Bool in
             state.pumpQueued = false
             advance(&state, writes: &writes, closes: &closes)
@@ -778,10 +814,10 @@ final class FileRun: @unchecked Sendable {
                 pump()
             }
         }
-        for channel in closes { channel.close() }
-        for read in reads {
-            self.read(read.channel, id: read.id, index: read.index, offset: read.offset, length: read.length)
+        for file in closes {
+            if let channel = file.channel { channel.close() } else { file.cleanup(nil) }
         }
+        for read in reads { self.read(read) }
         if idle { drained.signal() }
     }
 
@@ -789,7 +825,7 @@ final class FileRun: @unchecked Sendable {
     private func advance(
         _ state: inout State,
         writes: inout [(data: DispatchDataBuffer, reserve: Int)],
-        closes: inout [IOChannel]
+        closes: inout [File]
     ) {
         while true {
             if let message = state.message {
@@ -802,7 +838,7 @@ final class FileRun: @unchecked Sendable {
                 state.files[0].written += 1
                 if state.files[0].ended {
                     // Read past an end seen earlier (the file grew meanwhile): cat would not have read it.
-                    state.reserved -= Self.reserve(arrived.length)
+                    state.reserved -= arrived.reserve
                     continue
                 }
                 // What a failed window read before its error is written, as cat writes what it read.
@@ -814,16 +850,16 @@ final class FileRun: @unchecked Sendable {
                 }
                 state.files[0].bytes += arrived.data.count
                 if arrived.data.isEmpty {
-                    state.reserved -= Self.reserve(arrived.length)
+                    state.reserved -= arrived.reserve
                 } else {
                     state.writing += 1
-                    writes.append((arrived.data, Self.reserve(arrived.length)))
+                    writes.append((arrived.data, arrived.reserve))
                 }
                 continue
             }
             guard state.files[0].ended && state.files[0].reading == 0 else { return }
             let file = state.files.removeFirst()
-            closes.append(file.channel)
+            closes.append(file)
             state.lastBytes = file.bytes
             if let failure = file.failure {
                 state.message = Concatenator.message(file.path, failure)
@@ -835,20 +871,39 @@ final class FileRun: @unchecked Sendable {
     /// Issues windows, the earliest files first, while the budget allows. Lock held.
     private func issue(
         _ state: inout State,
-        reads: inout [(channel: IOChannel, id: Int, index: Int, offset: Int64, length: Int)]
+        reads: inout [Read]
     ) {
         for position in state.files.indices {
             while let (offset, length) = state.files[position].nextWindow(atCursor: position == 0, window: window) {
-                let reserve = Self.reserve(length)
+                let file = state.files[position]
+                // A file without a channel reads its first window, all of it at open, in one read into a
+                // buffer of 64 KiB.
+                let small = file.channel == nil && offset == 0 && length <= IOChannel.smallReadLimit
+                let reserve = small ? IOChannel.smallReadLimit : Self.reserve(length)
                 // The file at the write cursor with nothing in flight (no read, no write) always gets a
                 // window, whatever the files read ahead of their turn hold (they wait for it to end): a /proc
                 // file, whose size says 0, is read only at its turn, and would otherwise wait for ever behind
                 // them. At most one window over the budget, then.
-                let file = state.files[position]
                 let idleHead =
                     position == 0 && file.reading == 0 && file.written == file.nextToRead && state.writing == 0
                 guard idleHead || state.reserved + reserve <= budget else { return }
-                reads.append((file.channel, file.id, file.nextToRead, offset, length))
+                // A small file that grew gets its channel for the windows after the first (rare: the channel
+                // takes the file's status again, three system calls, here under the lock).
+                if file.channel == nil && !small {
+                    state.files[position].channel = makeChannel(file.fd, nil, file.cleanup)
+                }
+                reads.append(
+                    Read(
+                        channel: small ? nil : state.files[position].channel,
+                        fd: file.fd,
+                        sizeAtOpen: file.size,
+                        id: file.id,
+                        index: file.nextToRead,
+                        offset: offset,
+                        length: length,
+                        reserve: reserve
+                    )
+                )
                 state.files[position].nextToRead += 1
                 state.files[position].nextOffset = offset + Int64(length)
                 state.files[position].reading += 1
@@ -857,26 +912,65 @@ final class FileRun: @unchecked Sendable {
         }
     }
 
-    private func read(_ channel: IOChannel, id: Int, index: Int, offset: Int64, length: Int) {
+    /// One window to read: through the file's channel, or with one ``IOChannel/readSmallFile`` when it has
+    /// none.
+    private struct Read {
+        let channel: IOChannel?
+        let fd: CInt
+        let sizeAtOpen: Int64
+        let id: Int
+        let index: Int
+        let offset: Int64
+        let length: Int
+        /// What it counts against the budget until written.
+        let reserve: Int
+    }
+
+    private func read(_ read: Read) {
+        guard let channel = read.channel else {
+            IOChannel.readSmallFile(
+                FileDescriptor(rawValue: read.fd),
+                at: read.offset,
+                length: read.length,
+                sizeAtOpen: read.sizeAtOpen
+            ) { [self] data, error in
+                // On an engine thread: the window is filed, and the pump runs on the queue, once for any
+                // number of windows that arrive before it looks.
+                let queuePump = state.withLock { state -> Bool in
+                    arrive(&state, read, data: data, error: error)
+                    defer { state.pumpQueued = true }
+                    return !state.pumpQueued
+                }
+                if queuePump { concatenator.queue.async { self.pump() } }
+            }
+            return
+        }
         let collected = Locked(DispatchDataBuffer())
-        channel.read(offset: offset, length: length, queue: concatenator.queue) { [self] done, data, error in
+        channel.read(offset: read.offset, length: read.length, queue: concatenator.queue) { [self] done, data, error in
             if let data, !data.isEmpty { collected.withLock { $0.append(data) } }
             guard done else { return }
             state.withLock { state in
-                guard let position = state.files.firstIndex(where: { $0.id == id }) else { return }
-                state.files[position].arrived[index] = Window(
-                    length: length,
-                    // Taken out: the handler, and `collected` with it, lives as long as the read operation.
-                    data: collected.withLock { collected in
-                        defer { collected = DispatchDataBuffer() }
-                        return collected
-                    },
-                    error: error
-                )
-                state.files[position].reading -= 1
+                // Taken out: the handler, and `collected` with it, lives as long as the read operation.
+                let window = collected.withLock { collected in
+                    defer { collected = DispatchDataBuffer() }
+                    return collected
+                }
+                arrive(&state, read, data: window, error: error)
             }
             pump()
         }
+    }
+
+    /// Files a window's bytes for the pump. Lock held.
+    private func arrive(_ state: inout State, _ read: Read, data: DispatchDataBuffer, error: Errno?) {
+        guard let position = state.files.firstIndex(where: { $0.id == read.id }) else { return }
+        state.files[position].arrived[read.index] = Window(
+            length: read.length,
+            reserve: read.reserve,
+            data: data,
+            error: error
+        )
+        state.files[position].reading -= 1
     }
 }
 
