@@ -363,8 +363,10 @@ final class FileCopy: @unchecked Sendable {
             fileDescriptor: FileDescriptor(rawValue: destinationFD),
             queue: queue
         ) { _ in }
-        // Reads deliver in one call (a chunk is one pooled buffer); writes report only their end.
-        input?.setLimit(lowWater: Int.max)
+        // A regular file's reads deliver in one call (a chunk is one pooled buffer); a stream's deliver what
+        // arrives, which is written at once, as cp writes each read (see `readStream`). Writes report only
+        // their end.
+        input?.setLimit(lowWater: seekable ? Int.max : 1)
         output?.setLimit(lowWater: Int.max)
         lock.withLock {
             if sparse {
@@ -381,9 +383,18 @@ final class FileCopy: @unchecked Sendable {
     /// Moves `next`/`extentEnd` to the data extent at or after `offset`. Lock held.
     private func findExtent(from offset: Int64) {
         let start = lseek(sourceFD, off_t(offset), seekData)
-        if start < 0 {
-            // ENXIO: no data after `offset`; the rest is a hole that ftruncate makes.
+        if start < 0 && errno == ENXIO {
+            // No data after `offset`: the rest is a hole that ftruncate makes.
             reachedEnd = true
+            return
+        }
+        if start < 0 {
+            // The file system cannot tell (EINVAL: a procfs file whose size says 498 bytes in 0 blocks,
+            // /proc/cmdline): the rest is copied whole, as cp copies it. Taken as no data, the copy was the
+            // size in zeros, with status 0 (helper-48).
+            sparse = false
+            next = offset
+            extentEnd = size ?? Int64.max
             return
         }
         let end = lseek(sourceFD, start, seekHole)
@@ -448,6 +459,7 @@ final class FileCopy: @unchecked Sendable {
 
     private func read(offset: Int64, length: Int) {
         guard let input, let output else { return }
+        if !seekable { return readStream(input, output, offset: offset, length: length) }
         let collected = Locked(DispatchDataBuffer())
         input.read(offset: offset, length: length, queue: queue) { [self] done, data, failure in
             if let data { collected.withLock { $0.append(data) } }
@@ -478,6 +490,57 @@ final class FileCopy: @unchecked Sendable {
                     failedFrom: failure == nil ? nil : offset + Int64(written)
                 )
             }
+        }
+    }
+
+    /// Reads a chunk of a FIFO, pipe, socket or device and writes each piece as it arrives, as cp writes what
+    /// each read brought: the chunk waited for a megabyte or the end, so bytes taken from a pipe whose writer
+    /// paused sat in memory, and a dcopy killed meanwhile lost them (helper-48: `(echo a; sleep 2; echo b) |
+    /// timeout 1 dcopy /dev/stdin out` left `out` empty; cp's held `a`). The chunk is done once the read has
+    /// ended and every piece is written.
+    private func readStream(_ input: IOChannel, _ output: IOChannel, offset: Int64, length: Int) {
+        // Writes under way plus one for the read; bytes read; the first error and where the prefix ends.
+        let state = Locked<(pending: Int, received: Int, error: String?, failedFrom: Int64?)>((1, 0, nil, nil))
+        let release: @Sendable () -> Void = { [self] in
+            let ended = state.withLock { state -> (String?, Int64?)? in
+                state.pending -= 1
+                return state.pending == 0 ? (state.error, state.failedFrom) : nil
+            }
+            if let (error, failedFrom) = ended { chunkDone(error: error, failedFrom: failedFrom) }
+        }
+        input.read(offset: offset, length: length, queue: queue) { [self] done, data, failure in
+            if let data, !data.isEmpty {
+                // Handlers run in order on the serial queue: each piece goes after the one before.
+                let at = state.withLock { state -> Int64 in
+                    state.pending += 1
+                    defer { state.received += data.count }
+                    return offset + Int64(state.received)
+                }
+                output.write(offset: at, data: data, queue: queue) { [self] done, remaining, failure in
+                    guard done else { return }
+                    let written = data.count - (failure == nil ? 0 : remaining?.count ?? data.count)
+                    copier.meter?.add(written)
+                    if let failure {
+                        lock.withLock { writeFailure = writeFailure ?? failure }
+                        state.withLock { state in
+                            state.error = state.error ?? message(.write, failure)
+                            state.failedFrom = min(state.failedFrom ?? .max, at + Int64(written))
+                        }
+                    }
+                    release()
+                }
+            }
+            guard done else { return }
+            let received = state.withLock { state -> Int in
+                if let failure {
+                    state.error = state.error ?? message(.read, failure)
+                    state.failedFrom = min(state.failedFrom ?? .max, offset + Int64(state.received))
+                }
+                return state.received
+            }
+            // A stream's read ends short only at its end (or an error).
+            if received < length { lock.withLock { reachedEnd = true } }
+            release()
         }
     }
 
