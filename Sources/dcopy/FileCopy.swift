@@ -52,6 +52,9 @@ final class FileCopy: @unchecked Sendable {
     private var extentEnd: Int64 = 0
     private var reachedEnd = false
     private var chunksInFlight = 0
+    /// A stream's chunk is being read: the next one's read waits for it to end (a terminal must not be read
+    /// past the end of file its user typed), not for its writes.
+    private var streamReading = false
     private var waitingForBudget = false
     private var error: String?
     private var finishing = false
@@ -343,6 +346,7 @@ final class FileCopy: @unchecked Sendable {
         let canRun = lock.withLock { error == nil }
         guard canRun else { return end() }
         seekable = info.isRegularFile
+        if info.mode & UInt32(S_IFMT) == UInt32(S_IFIFO) { growPipe(sourceFD) }
         var status = stat()
         // A file this copy created is regular; an existing destination may be a device or a FIFO.
         positionedOutput =
@@ -409,8 +413,9 @@ final class FileCopy: @unchecked Sendable {
         lock.withLock {
             // A regular file whose size says 0 but holds data is generated as it is read (/proc): one chunk
             // at a time, in order, since a read far ahead makes the kernel generate everything before it.
-            let limit = seekable && positionedOutput && size != nil ? Limits.perFile : 1
-            while error == nil, !reachedEnd, !waitingForBudget, chunksInFlight < limit {
+            // A stream's reads run one at a time in order; its chunks' writes may overlap the next read.
+            let limit = seekable && positionedOutput && size != nil || !seekable ? Limits.perFile : 1
+            while error == nil, !reachedEnd, !waitingForBudget, !streamReading, chunksInFlight < limit {
                 if next >= extentEnd {
                     if sparse, size.map({ extentEnd < $0 }) == true {
                         findExtent(from: extentEnd)
@@ -427,6 +432,7 @@ final class FileCopy: @unchecked Sendable {
                 reads.append((next, length))
                 next += Int64(length)
                 chunksInFlight += 1
+                streamReading = !seekable
             }
             done = chunksInFlight == 0 && (reachedEnd || error != nil) && !finishing
             if done { finishing = true }
@@ -441,11 +447,12 @@ final class FileCopy: @unchecked Sendable {
             var chunk: (offset: Int64, length: Int)?
             lock.withLock {
                 waitingForBudget = false
-                if error == nil, !reachedEnd, next < extentEnd {
+                if error == nil, !reachedEnd, !streamReading, next < extentEnd {
                     let length = Int(min(Int64(Limits.chunk), extentEnd - next))
                     chunk = (next, length)
                     next += Int64(length)
                     chunksInFlight += 1
+                    streamReading = !seekable
                 }
             }
             if let chunk {
@@ -538,9 +545,14 @@ final class FileCopy: @unchecked Sendable {
                 }
                 return state.received
             }
-            // A stream's read ends short only at its end (or an error).
-            if received < length { lock.withLock { reachedEnd = true } }
+            lock.withLock {
+                streamReading = false
+                // A stream's read ends short only at its end (or an error).
+                if received < length { reachedEnd = true }
+            }
             release()
+            // The next chunk's read, while this one's pieces may still be written.
+            pump()
         }
     }
 

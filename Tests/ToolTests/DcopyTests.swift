@@ -603,6 +603,13 @@ struct DcopyTests {
         }
     }
 
+    // A terminal copied for its bytes: each line is written as it is entered, as cp writes each read (dcopy
+    // held them until a megabyte or the end had come, helper-48), and the end of file typed at a line's start
+    // ends the copy (the next read waits for the last one to end: it is never read past that end).
+    @Test func terminalInputIsCopiedLineByLineUntilEndOfFile() throws {
+        try expectTerminalCopiedLineByLine(Tools.dcopy, arguments: ["/dev/stdin", "/dev/stdout"])
+    }
+
     // A source ending in `..` goes into the target itself (`dst/./f`), not into the target's parent,
     // whose files it used to overwrite.
     @Test func aSourceEndingInDotDotIsCopiedIntoTheTarget() throws {

@@ -150,3 +150,92 @@ let quirkyName = "\"$(printf \"q'\\377\")\""
 /// The locales messages are compared in: C, where every byte past ASCII is escaped, and C.UTF-8 where
 /// it is installed, where printable characters are written as they are.
 let messageLocales = ["C"] + (FileManager.default.fileExists(atPath: "/usr/lib/locale/C.utf8") ? ["C.UTF-8"] : [])
+
+/// Opens a pseudo-terminal; returns its master and its slave (neither is the test's controlling terminal).
+/// Glibc declares `posix_openpt`, `grantpt`, `unlockpt` and `ptsname` only for `_XOPEN_SOURCE`, which the
+/// Swift Glibc module is not built with, so they are looked up in the C library by name.
+func openPseudoTerminal() throws -> (master: CInt, slave: CInt) {
+    let library = dlopen(nil, RTLD_NOW)
+    func function<F>(_ name: String, _ type: F.Type) throws -> F {
+        unsafeBitCast(try #require(dlsym(library, name)), to: type)
+    }
+    let openMaster = try function("posix_openpt", (@convention(c) (CInt) -> CInt).self)
+    let grant = try function("grantpt", (@convention(c) (CInt) -> CInt).self)
+    let unlock = try function("unlockpt", (@convention(c) (CInt) -> CInt).self)
+    let slaveName = try function("ptsname", (@convention(c) (CInt) -> UnsafeMutablePointer<CChar>?).self)
+    let master = openMaster(O_RDWR | O_NOCTTY | O_CLOEXEC)
+    try #require(master >= 0)
+    guard grant(master) == 0, unlock(master) == 0, let name = slaveName(master) else {
+        close(master)
+        throw POSIXError(.EIO)
+    }
+    let slave = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC)
+    guard slave >= 0 else {
+        close(master)
+        throw POSIXError(.EIO)
+    }
+    return (master, slave)
+}
+
+/// Appends what arrives on `fd` to `output` until `done` holds for it, or with `done` nil until end of file;
+/// false if that has not happened within 10 seconds.
+func readOutput(_ fd: CInt, into output: inout Data, until done: ((Data) -> Bool)?) -> Bool {
+    let deadline = ContinuousClock.now + .seconds(10)
+    var buffer = [UInt8](repeating: 0, count: 4096)
+    while done?(output) != true {
+        let left = deadline - ContinuousClock.now
+        guard left > .zero else { return false }
+        var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        let milliseconds = left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000
+        guard poll(&ready, 1, CInt(milliseconds) + 1) > 0 else { continue }
+        let count = read(fd, &buffer, buffer.count)
+        if count == 0 { return done == nil }
+        if count > 0 { output.append(contentsOf: buffer[..<count]) }
+    }
+    return true
+}
+
+/// Runs `executable` with a pseudo-terminal as standard input and a pipe as standard output, enters two
+/// lines, each once the one before has come out (a copy that held them back fails here), then VEOF at a
+/// line's start, which must end it with status 0 and both lines out: as cat and cp copy a terminal.
+func expectTerminalCopiedLineByLine(_ executable: String, arguments: [String]) throws {
+    let (master, slave) = try openPseudoTerminal()
+    defer { close(master) }
+    var settings = termios()
+    try #require(tcgetattr(slave, &settings) == 0)
+    let endOfFile = withUnsafeBytes(of: settings.c_cc) { $0[Int(VEOF)] }
+    var ends: [CInt] = [-1, -1]
+    try #require(pipe(&ends) == 0)
+    defer { close(ends[0]) }
+    // No other child (tests run in parallel) may inherit the write end and hold the pipe open.
+    for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    process.standardInput = FileHandle(fileDescriptor: slave, closeOnDealloc: false)
+    process.standardOutput = FileHandle(fileDescriptor: ends[1], closeOnDealloc: false)
+    try process.run()
+    // Only the tool holds the write end now: the pipe's end of file means it is gone.
+    close(slave)
+    close(ends[1])
+    defer {
+        // SIGKILL: a blocked SIGTERM (the signal mask is inherited) would leave a hung tool running.
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+    }
+
+    var output = Data()
+    func enter(_ bytes: [UInt8]) { _ = bytes.withUnsafeBytes { write(master, $0.baseAddress, $0.count) } }
+    enter(Array("one\n".utf8))
+    #expect(readOutput(ends[0], into: &output, until: { $0 == Data("one\n".utf8) }))
+    enter(Array("two\n".utf8))
+    #expect(readOutput(ends[0], into: &output, until: { $0 == Data("one\ntwo\n".utf8) }))
+    enter([endOfFile])
+    let ended = readOutput(ends[0], into: &output, until: nil)
+    #expect(ended)
+    guard ended else { return }
+    process.waitUntilExit()
+    #expect(output == Data("one\ntwo\n".utf8))
+    #expect(process.terminationReason == .exit)
+    #expect(process.terminationStatus == 0)
+}
