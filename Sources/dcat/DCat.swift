@@ -874,11 +874,13 @@ final class FileRun: @unchecked Sendable {
         reads: inout [Read]
     ) {
         for position in state.files.indices {
-            while let (offset, length) = state.files[position].nextWindow(atCursor: position == 0, window: window) {
+            while let (offset, asked) = state.files[position].nextWindow(atCursor: position == 0, window: window) {
                 let file = state.files[position]
                 // A file without a channel reads its first window, all of it at open, in one read into a
-                // buffer of 64 KiB.
-                let small = file.channel == nil && offset == 0 && length <= IOChannel.smallReadLimit
+                // buffer of 64 KiB. (An empty one's first window is past its size, a whole window by
+                // `nextWindow`: it asks 64 KiB too, and a file that grew meanwhile goes on through a channel.)
+                let small = file.channel == nil && offset == 0
+                let length = small ? min(asked, IOChannel.smallReadLimit) : asked
                 let reserve = small ? IOChannel.smallReadLimit : Self.reserve(length)
                 // The file at the write cursor with nothing in flight (no read, no write) always gets a
                 // window, whatever the files read ahead of their turn hold (they wait for it to end): a /proc

@@ -566,11 +566,13 @@ struct DcatTests {
     // that grew past that before its read (here behind a large file whose windows wait for a reader that
     // has not come yet) comes back full, and the rest is read through a channel made then: all of it comes
     // out, as cat, which reads at its turn, gives it.
-    @Test func aSmallFileThatGrowsBeforeItsReadComesOutWhole() throws {
+    // An empty file's first read asks 64 KiB as well.
+    @Test(arguments: [0, 100])
+    func aSmallFileThatGrowsBeforeItsReadComesOutWhole(sizeAtOpen: Int) throws {
         try inScratch { scratch in
             let ours = try scratch.run(
                 """
-                head -c 8388608 /dev/urandom > big; head -c 100 /dev/urandom > s; mkfifo p
+                head -c 8388608 /dev/urandom > big; head -c \(sizeAtOpen) /dev/urandom > s; mkfifo p
                 "$DCAT" big s > p & pid=$!
                 exec 3< p
                 n=0
