@@ -222,6 +222,9 @@ bench "pipe: cat big into dcat (vs into cat)" "<= 1.00" true \
     "bash -c 'cat $work/big | cat > /dev/null'" "bash -c 'cat $work/big | $dcat > /dev/null'"
 bench "pipe: cat big into dcat (vs into DispatchIO)" "<= 0.50" true \
     "bash -c 'cat $work/big | $dio'" "bash -c 'cat $work/big | $dcat > /dev/null'"
+# Not a target of the issue: dcopy of what a pipe gives (a FIFO, /dev/stdin), into a new file.
+bench "pipe: cat big into dcopy /dev/stdin file (vs into cp)" "-" "$clean" \
+    "bash -c 'cat $work/big | cp /dev/stdin $dst'" "bash -c 'cat $work/big | $dcopy /dev/stdin $dst'"
 bench_start "dcat empty file (vs cat)" "<= 1 ms" "cat $work/empty" "$dcat $work/empty"
 bench_start "a Swift program doing nothing (vs cat, for reference)" "-" "cat $work/empty" "$hello"
 bench_start "the same, a static executable as the tools are (vs cat, for reference)" "-" \
