@@ -384,6 +384,23 @@ struct DcatTests {
                 """
             )
             #expect(Int(medium.text.split(separator: "\n").last ?? "") ?? .max < 14_848, "\(medium.text) KiB")
+            // Files under 64 KiB are read without a channel, each window into a pooled buffer of 64 KiB. Counted
+            // at those 64 KiB against the budget, 96 were in flight to a pipe, and 400 files of 65,535 bytes
+            // around two larger ones peaked at 14-18 MiB (helper-49); they count a sixteenth of the budget now,
+            // and it takes 8.2. Under 12 MiB tells the two apart.
+            let small = try scratch.run(
+                """
+                mkdir e; for i in $(seq 400); do head -c 65535 /dev/urandom > e/f$i; done
+                head -c 3000000 /dev/urandom > m; head -c 1048577 /dev/urandom > n
+                for engine in uring posix; do
+                    DISPATCH_ENGINE=$engine /usr/bin/time -f "%M" -a -o small-peaks \
+                        "$DCAT" e/* m e/* n e/* | cat > /dev/null
+                done; cat small-peaks
+                """
+            )
+            let smallPeaks = small.text.split(separator: "\n").map { Int($0) ?? .max }
+            #expect(smallPeaks.count == 2)
+            for peak in smallPeaks { #expect(peak < 12 << 10, "\(small.text) KiB") }
         }
     }
 
