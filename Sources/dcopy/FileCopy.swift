@@ -55,6 +55,8 @@ final class FileCopy: @unchecked Sendable {
     /// A stream's chunk is being read: the next one's read waits for it to end (a terminal must not be read
     /// past the end of file its user typed), not for its writes.
     private var streamReading = false
+    /// A stream's write failed and its reading was stopped, as cp reads no more after a failed write.
+    private var inputStopped = false
     private var waitingForBudget = false
     private var error: String?
     private var finishing = false
@@ -150,8 +152,9 @@ final class FileCopy: @unchecked Sendable {
         }
     }
 
-    /// Runs on the queue or on the ring thread (a completion): anything but a submission goes to the queue.
-    private func open() {
+    /// Runs on the queue, the walker's thread or the ring thread (a completion): anything but a submission
+    /// goes to the queue. `onQueue`: it runs on the queue, where it may make a blocking call.
+    private func open(onQueue: Bool = false) {
         let (info, existing, failure) = lock.withLock { (sourceInfo, destinationInfo, error) }
         guard let info, failure == nil else { return queue.async { [self] in end() } }
         if case .success(let other) = existing, other.isSameFile(as: info) || other.isDirectory {
@@ -173,6 +176,11 @@ final class FileCopy: @unchecked Sendable {
             return queue.async { [self] in end() }
         }
         let existed = if case .success = existing { true } else { false }
+        // An empty source is looked at once more (a `statfs`: is it a kernel's file?), which may block on a
+        // network file system: not on the ring thread (helper-49).
+        if !onQueue && !existed && info.isRegularFile && info.size == 0 {
+            return queue.async { [self] in open(onQueue: true) }
+        }
         copier.fileAnnounced(place, source: source, destination: destination)
         if !existed && copiesWhole(info) { return copyWhole(info) }
         openSource(info, existed: existed)
@@ -516,7 +524,7 @@ final class FileCopy: @unchecked Sendable {
             if let (error, failedFrom) = ended { chunkDone(error: error, failedFrom: failedFrom) }
         }
         input.read(offset: offset, length: length, queue: queue) { [self] done, data, failure in
-            if let data, !data.isEmpty {
+            if let data, !data.isEmpty, !lock.withLock({ inputStopped }) {
                 // Handlers run in order on the serial queue: each piece goes after the one before.
                 let at = state.withLock { state -> Int64 in
                     state.pending += 1
@@ -528,18 +536,28 @@ final class FileCopy: @unchecked Sendable {
                     let written = data.count - (failure == nil ? 0 : remaining?.count ?? data.count)
                     copier.meter?.add(written)
                     if let failure {
-                        lock.withLock { writeFailure = writeFailure ?? failure }
+                        let stop = lock.withLock { () -> Bool in
+                            writeFailure = writeFailure ?? failure
+                            defer { inputStopped = true }
+                            return !inputStopped
+                        }
                         state.withLock { state in
                             state.error = state.error ?? message(.write, failure)
                             state.failedFrom = min(state.failedFrom ?? .max, at + Int64(written))
                         }
+                        // cp reads no more after a failed write: the read under way is stopped, or a FIFO
+                        // whose writer paused held the copy, and its SIGPIPE, until it wrote a megabyte or
+                        // closed (helper-49: 7 s, where cp ended in 13 ms).
+                        if stop { input.close(flags: .stop) }
                     }
                     release()
                 }
             }
             guard done else { return }
+            // A read stopped after a failed write ends canceled: the write's error is the copy's.
+            let stopped = failure == .canceled && lock.withLock { inputStopped }
             let received = state.withLock { state -> Int in
-                if let failure {
+                if let failure, !stopped {
                     state.error = state.error ?? message(.read, failure)
                     state.failedFrom = min(state.failedFrom ?? .max, offset + Int64(state.received))
                 }

@@ -603,6 +603,29 @@ struct DcopyTests {
         }
     }
 
+    // A failed write ends the reading of a stream, as cp reads no more after its failed write: into a FIFO
+    // whose reader took 1,000 bytes and went away, from one whose writer holds it open, dcopy dies of
+    // SIGPIPE at once, as cp does (helper-49: it read on, and ended only once the writer wrote a megabyte
+    // or closed). The writer here never closes before dcopy has ended, so a copy that reads on is stopped
+    // by the time limit (137: the test runner starts its children with SIGTERM ignored).
+    @Test func aFailedWriteStopsTheReadingOfAStream() throws {
+        try inScratch { scratch in
+            let ours = try scratch.run(
+                """
+                mkfifo src dst
+                head -c 1000 < dst > got &
+                exec 3<>src
+                timeout -s KILL 10 "$DCOPY" src dst 2> err & pid=$!
+                head -c 500000 /dev/urandom >&3 & writer=$!
+                wait $pid; echo "status $?"
+                kill -KILL $writer; wait $writer 2> /dev/null; exec 3>&-
+                wait; stat -c %s got; cat err
+                """
+            )
+            #expect(ours.text == "status 141\n1000\n")
+        }
+    }
+
     // A terminal copied for its bytes: each line is written as it is entered, as cp writes each read (dcopy
     // held them until a megabyte or the end had come, helper-48), and the end of file typed at a line's start
     // ends the copy (the next read waits for the last one to end: it is never read past that end).
