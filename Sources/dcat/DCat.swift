@@ -559,11 +559,12 @@ final class OutputCursor: Sendable {
 /// serial queue, so writes are submitted in order.
 ///
 /// A file dcat opened whose size at open is under 64 KiB has no channel: its one window is one
-/// `IOChannel.readSmallFile` into a buffer of 64 KiB, and counts that against the budget. A channel and its
-/// read cost more than the read itself at that size: with a channel each, 10,000 files of 4 KiB took
-/// 0.19–0.30 s of user time and 1.1–1.5x cat's time; without, 0.06–0.07 s and 0.66x. (The budget alone,
-/// counting 64 KiB for such a window where it had counted a megabyte, gave 1.08x, against 1.18x before.)
-/// Such a file that grew past its first window gets a channel then.
+/// `IOChannel.readSmallFile` into a buffer of 64 KiB, which counts ``smallWindowReserve`` against the
+/// budget. A channel and its read cost more than the read itself at that size: with a channel each, 10,000
+/// files of 4 KiB took 0.19–0.30 s of user time and 1.1–1.5x cat's time; without, 0.06–0.07 s and 0.66x.
+/// (With channels, counting such a window at 64 KiB instead of a megabyte gave 1.08x, against 1.18x
+/// before; without channels, counting a megabyte, 0.90x.) Such a file that grew past its first window gets
+/// a channel then.
 final class FileRun: @unchecked Sendable {
     /// Files open at once: their descriptors, and so how far the reading may run ahead of the writing.
     static let maxFiles = 16
@@ -577,7 +578,7 @@ final class FileRun: @unchecked Sendable {
     /// buffers are reused rather than made anew. Counted at the 64 KiB each pins, ninety-six were in flight
     /// to a pipe, and beside the pools' idle buffers dcat of 400 files of 65,535 bytes around two larger ones
     /// peaked at 14–18 MiB, over the 16 promised (helper-49); now 8.2, with 10,000 files of 4 KiB as fast
-    /// (0.66× cat's time; counted at a megabyte, as any window asking 64 KiB was before, 1.08×).
+    /// (0.66× cat's time; counted at a megabyte, as any window asking 64 KiB was before, six at once, 0.90×).
     private let smallWindowReserve: Int
     /// The unit a read-ahead window's length is rounded up to.
     static let granule = 64 << 10
