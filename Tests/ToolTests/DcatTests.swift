@@ -233,7 +233,7 @@ struct DcatTests {
             let outcome = try scratch.run(
                 """
                 cd /sys/kernel/tracing; on=$(cat tracing_on); echo 1 > tracing_on; echo dcat-marker > trace_marker
-                timeout 10 "$DCAT" trace_pipe | { grep -m1 -c dcat-marker; exec <&-; echo dcat-marker > trace_marker; }
+                timeout -s KILL 10 "$DCAT" trace_pipe | { grep -m1 -c dcat-marker; exec <&-; echo dcat-marker > trace_marker; }
                 echo "$on" > tracing_on
                 """
             )
@@ -252,7 +252,7 @@ struct DcatTests {
                 """
                 mkfifo p; exec 3> o; sh -c 'printf abc; exec sleep 30' > p & writer=$!
                 cat < p >&3 & reader=$!
-                timeout 10 sh -c "until grep -q '^pos:[[:space:]]*3$' /proc/$$/fdinfo/3; do :; done"
+                timeout -s KILL 10 sh -c "until grep -q '^pos:[[:space:]]*3$' /proc/$$/fdinfo/3; do :; done"
                 kill -KILL $reader $writer; wait $reader; echo TAIL >&3; cat o
                 """
             )

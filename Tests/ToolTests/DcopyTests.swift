@@ -432,7 +432,7 @@ struct DcopyTests {
                 // The FIFO read for its bytes (no -r) makes a regular file, which loses all three bits as
                 // any regular file does; a writer that never meets a reader gives up after 10 s.
                 "\(drop) %cp -rp s t; \(drop) %cp -p s/f f; \(drop) %cp -p s/sticky sticky; "
-                    + "(timeout 10 sh -c 'printf z > s/fifo' &); \(drop) %cp -p s/fifo fromfifo",
+                    + "(timeout -s KILL 10 sh -c 'printf z > s/fifo' &); \(drop) %cp -p s/fifo fromfifo",
                 // Not `listing`, which reads every file: a FIFO would block it.
                 check: "find . -mindepth 1 -printf '%p %y %m\\n' | LC_ALL=C sort"
             )
@@ -798,7 +798,7 @@ struct DcopyTests {
                 """
                 for engine in posix uring; do n=5; [ $engine = posix ] && n=20; for i in $(seq $n); do
                     rm -rf s t; mkdir s t; head -c 115592 /dev/zero > s/f; mkfifo t/f
-                    DISPATCH_ENGINE=$engine timeout 5 "$DCOPY" -r s/f t/f s 2>&1; echo "$engine $? $(stat -c %F s/f)"
+                    DISPATCH_ENGINE=$engine timeout -s KILL 5 "$DCOPY" -r s/f t/f s 2>&1; echo "$engine $? $(stat -c %F s/f)"
                 done; done | sort | uniq -c
                 """
             )
@@ -1511,7 +1511,7 @@ private func makeSocket(at path: String) throws {
 private let sysfsFile = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 /// Whether /proc/cmdline has a size but fewer blocks than it needs, which makes it look sparse to a copy.
-func procCmdlineLooksSparse() -> Bool {
+private func procCmdlineLooksSparse() -> Bool {
     var info = stat()
     return stat("/proc/cmdline", &info) == 0 && info.st_size > 0 && Int64(info.st_blocks) * 512 < info.st_size
 }
