@@ -332,22 +332,16 @@ struct PendingFile {
     /// The files it reads and writes (see ``FilesInUse``).
     let inUse: FileInUse
     /// Both files' status, when the walker has just taken them.
-    let known: KnownStatus?
+    var known: KnownStatus?
 
     /// The file as the backlog keeps it: a copy that starts later takes both statuses itself when it starts,
     /// as cp takes them just before it copies. With the walker's, a copy queued behind a FIFO that waited
     /// for its writer found its destination as it had been: `d/f`, made a link to its source `f` in the
     /// meantime, was opened with O_TRUNC and the source emptied, with status 0 (helper-47).
     var withoutKnownStatus: PendingFile {
-        PendingFile(
-            source: source,
-            destination: destination,
-            location: location,
-            destinationIsNew: destinationIsNew,
-            place: place,
-            inUse: inUse,
-            known: nil
-        )
+        var file = self
+        file.known = nil
+        return file
     }
 }
 

@@ -422,7 +422,7 @@ final class FileCopy: @unchecked Sendable {
             // A regular file whose size says 0 but holds data is generated as it is read (/proc): one chunk
             // at a time, in order, since a read far ahead makes the kernel generate everything before it.
             // A stream's reads run one at a time in order; its chunks' writes may overlap the next read.
-            let limit = seekable && positionedOutput && size != nil || !seekable ? Limits.perFile : 1
+            let limit = (seekable && positionedOutput && size != nil) || !seekable ? Limits.perFile : 1
             while error == nil, !reachedEnd, !waitingForBudget, !streamReading, chunksInFlight < limit {
                 if next >= extentEnd {
                     if sparse, size.map({ extentEnd < $0 }) == true {
