@@ -630,33 +630,7 @@ struct DcopyTests {
     // pipe caps every read at 64 KiB (`cat big | dcopy /dev/stdin out` took 1.27x cp's time with its pipes
     // as they were, 1.09x grown and with the reads overlapping the writes).
     @Test func aPipeSourceIsGrownToOneMebibyte() throws {
-        var input: [CInt] = [-1, -1]
-        var output: [CInt] = [-1, -1]
-        try #require(pipe(&input) == 0 && pipe(&output) == 0)
-        defer { for fd in [input[1], output[0]] where fd >= 0 { close(fd) } }
-        for fd in input + output { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Tools.dcopy)
-        process.arguments = ["/dev/stdin", "/dev/stdout"]
-        process.standardInput = FileHandle(fileDescriptor: input[0], closeOnDealloc: false)
-        process.standardOutput = FileHandle(fileDescriptor: output[1], closeOnDealloc: false)
-        try process.run()
-        close(input[0])
-        close(output[1])
-        defer {
-            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-            process.waitUntilExit()
-        }
-        // A line through means dcopy has its source open and reads it (it grows the pipe before the read).
-        _ = "through\n".withCString { write(input[1], $0, 8) }
-        var copied = Data()
-        #expect(readOutput(output[0], into: &copied, until: { $0 == Data("through\n".utf8) }))
-        #expect(fcntl(input[1], 1032) == 1 << 20)  // F_GETPIPE_SZ
-        close(input[1])
-        input[1] = -1
-        #expect(readOutput(output[0], into: &copied, until: nil))
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0)
+        try expectPipesGrown(Tools.dcopy, arguments: ["/dev/stdin", "/dev/stdout"], output: false)
     }
 
     // A terminal copied for its bytes: each line is written as it is entered, as cp writes each read (dcopy

@@ -239,3 +239,38 @@ func expectTerminalCopiedLineByLine(_ executable: String, arguments: [String]) t
     #expect(process.terminationReason == .exit)
     #expect(process.terminationStatus == 0)
 }
+
+/// Runs `executable` between two pipes, sends a line through, and expects the input pipe, and the output
+/// pipe when `output`, to have been grown to 1 MiB by then (a line through means the tool has looked at
+/// them: it grows them before its first read); then the end of input must end it with status 0.
+func expectPipesGrown(_ executable: String, arguments: [String], output checksOutput: Bool) throws {
+    var input: [CInt] = [-1, -1]
+    var output: [CInt] = [-1, -1]
+    try #require(pipe(&input) == 0 && pipe(&output) == 0)
+    defer { for fd in [input[1], output[0]] where fd >= 0 { close(fd) } }
+    // No other child (tests run in parallel) may inherit an end and hold the pipe open.
+    for fd in input + output { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    process.standardInput = FileHandle(fileDescriptor: input[0], closeOnDealloc: false)
+    process.standardOutput = FileHandle(fileDescriptor: output[1], closeOnDealloc: false)
+    try process.run()
+    close(input[0])
+    close(output[1])
+    defer {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+    }
+    _ = "through\n".withCString { write(input[1], $0, 8) }
+    var copied = Data()
+    #expect(readOutput(output[0], into: &copied, until: { $0 == Data("through\n".utf8) }))
+    let getPipeSize: CInt = 1032  // F_GETPIPE_SZ
+    #expect(fcntl(input[1], getPipeSize) == 1 << 20)
+    if checksOutput { #expect(fcntl(output[0], getPipeSize) == 1 << 20) }
+    close(input[1])
+    input[1] = -1
+    #expect(readOutput(output[0], into: &copied, until: nil))
+    process.waitUntilExit()
+    #expect(process.terminationStatus == 0)
+}
