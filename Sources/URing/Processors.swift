@@ -16,3 +16,9 @@ package func usableProcessorCount() -> Int {
     let counted = Int(curing_affinity_cpu_count())
     return max(1, counted > 0 ? counted : sysconf(Int32(_SC_NPROCESSORS_ONLN)))
 }
+
+/// Whether the calling thread is the process's initial thread: its thread id is the process id. One system
+/// call; reading `/proc/thread-self` instead took a path walk in procfs and a string to parse.
+package func isProcessInitialThread() -> Bool {
+    curing_gettid() == getpid()
+}

@@ -496,6 +496,45 @@ struct EngineTests {
         #expect(usableProcessorCount() == allowed)
     }
 
+    /// The initial thread is told by its thread id: a thread the test starts is never it, the only thread of
+    /// a forked child always is, and the test's own thread is it exactly when the id `/proc/thread-self`
+    /// names is the process id. (The main-queue `sync` check of DispatchQueues stands on this.)
+    @Test func theInitialThreadIsToldByItsThreadID() throws {
+        var buffer = [CChar](repeating: 0, count: 64)
+        let count = readlink("/proc/thread-self", &buffer, buffer.count - 1)
+        try #require(count > 0)
+        let link = String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let here = try #require(link.split(separator: "/").last.flatMap { Int32($0) })
+        #expect(isProcessInitialThread() == (here == getpid()))
+
+        let seen = Atomic<Int>(0)
+        let started = withUnsafePointer(to: seen) { pointer -> Int32 in
+            var thread = pthread_t()
+            let rc = pthread_create(
+                &thread,
+                nil,
+                { context in
+                    let seen = context!.assumingMemoryBound(to: Atomic<Int>.self)
+                    seen.pointee.store(isProcessInitialThread() ? 1 : 2, ordering: .releasing)
+                    return nil
+                },
+                UnsafeMutableRawPointer(mutating: pointer)
+            )
+            if rc == 0 { pthread_join(thread, nil) }
+            return rc
+        }
+        try #require(started == 0)
+        #expect(seen.load(ordering: .acquiring) == 2, "a started thread was taken for the initial one")
+
+        // The child makes two system calls and exits: nothing that fork leaves unsafe in a threaded process.
+        let child = fork()
+        if child == 0 { _exit(isProcessInitialThread() ? 0 : 1) }
+        try #require(child > 0)
+        var status: Int32 = 0
+        try #require(waitpid(child, &status, 0) == child)
+        #expect(status == 0, "a forked child's only thread was not taken for its initial one")
+    }
+
     /// One file of each of this process's threads in `/proc/self/task`, by thread ID, without its final
     /// newline: `comm` is the thread's name, `wchan` where it waits.
     private func threadFiles(_ file: String) -> [String: String] {

@@ -1,4 +1,5 @@
 import Synchronization
+import URing
 
 #if canImport(Glibc)
 import Glibc
@@ -63,17 +64,9 @@ final class ThreadContext: @unchecked Sendable {
     /// Pool bookkeeping, guarded by the pool's lock.
     var inIdleList = false
 
-    /// Whether this is the process's initial thread (its thread id equals the process id). Glibc's Swift
-    /// module has no `gettid`, so the id comes from `/proc/thread-self`, once per thread, and only when a
-    /// `sync` onto the main queue asks.
-    lazy var isProcessMainThread: Bool = {
-        var buffer = [CChar](repeating: 0, count: 64)
-        let count = readlink("/proc/thread-self", &buffer, buffer.count - 1)
-        guard count > 0 else { return false }
-        let link = String(decoding: buffer[0..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        guard let tid = link.split(separator: "/").last.flatMap({ Int32($0) }) else { return false }
-        return tid == getpid()
-    }()
+    /// Whether this is the process's initial thread, asked once per thread and only when a `sync` onto
+    /// the main queue needs to know.
+    lazy var isProcessMainThread: Bool = isProcessInitialThread()
 
     init() {
         parker = Parker()
