@@ -15,8 +15,9 @@ import Glibc
 ///
 /// Every byte goes through ``IOChannel``: a channel on each input (random on a regular file, stream
 /// otherwise), except that a regular file under 64 KiB is read with one `IOChannel.readSmallFile`, and one
-/// on standard output. The main thread only opens files and waits; handlers run on a serial queue and hand
-/// what was read straight to the output channel, so the tool has no read or write loop of its own.
+/// on standard output. The main thread opens files, issues their first reads and waits; handlers run on a
+/// serial queue and hand what was read straight to the output channel, so the tool has no read or write loop
+/// of its own.
 @main
 enum Main {
     static func main() {
@@ -35,7 +36,7 @@ enum Main {
         let words = CommandLineWords.current()
         // `-u` (POSIX's unbuffered output) changes nothing, for cat or for dcat, which never holds output back.
         if words.optionStrings.allSatisfy({ $0.count > 1 && $0.dropFirst().allSatisfy { $0 == "u" } }) {
-            exit(concatenate(words.operands.isEmpty ? ["-"] : words.operands))
+            concatenate(words.operands.isEmpty ? ["-"] : words.operands)
         }
         // cat's words and exit status (1) for an option it does not have, not ArgumentParser's (64).
         let (options, ambiguity) = expandingAbbreviations(words.optionStrings, longFlags: ["help"])
@@ -46,7 +47,7 @@ enum Main {
             // argv's bytes.
             var command = try DCat.parseAsRoot(options)
             try command.run()
-            exit(concatenate(words.operands.isEmpty ? ["-"] : words.operands))
+            concatenate(words.operands.isEmpty ? ["-"] : words.operands)
         } catch  where DCat.exitCode(for: error) == .validationFailure {
             printError("dcat: \(refusal ?? DCat.message(for: error))\nTry 'dcat --help' for more information.\n")
             exit(1)
@@ -121,14 +122,17 @@ private func isStreamSocket(_ fd: CInt) -> Bool {
 /// The standard descriptors the process started without, each now open on /dev/null.
 let standardDescriptors = StandardDescriptors.reserve()
 
-/// Copies `operands` to standard output, as cat does; returns the exit status.
-func concatenate(_ operands: [PathName]) -> Int32 {
+/// Copies `operands` to standard output, as cat does, and exits with cat's status.
+func concatenate(_ operands: [PathName]) -> Never {
     // cat checks its output before reading anything.
     if standardDescriptors.outputWasClosed {
         printError("dcat: standard output: \(describe(.badFileDescriptor))\n")
-        return 1
+        exit(1)
     }
-    return Concatenator().run(operands)
+    // The concatenator lives until the exit: its release would close the output channel, whose teardown
+    // runs on a queue and started a worker thread just to end (the run may have used none).
+    let concatenator = Concatenator()
+    withExtendedLifetime(concatenator) { exit(concatenator.run(operands)) }
 }
 
 /// Copies inputs to standard output in order.
@@ -551,12 +555,19 @@ final class OutputCursor: Sendable {
 ///
 /// One file at a time cost 12–13 context switches per file (the main thread opening it, the ring thread
 /// reading it, the handler queue writing it, the main thread again for its end and its close), so `dcat`
-/// of 10,000 files of 4 KiB took 1.4–1.8 s where cat took 0.3. Here the main thread only opens files and
-/// hands them over, up to ``maxFiles`` open at once; windows are issued across files while their bytes
+/// of 10,000 files of 4 KiB took 1.4–1.8 s where cat took 0.3. Here the main thread opens files and hands
+/// them over, up to ``maxFiles`` open at once, issuing the windows a new file may have at once; windows are
+/// issued across files while their bytes
 /// in flight stay under ``budget``, each window reserving what the file's size at open says it holds;
 /// a window is written once the ones before it (of its file and of the files before) are, and a file's
 /// message, when it failed, once every byte before it is written. All of it runs on the concatenator's
 /// serial queue, so writes are submitted in order.
+///
+/// While the main thread waits for the run to drain, a window that arrives on an engine thread wakes it to
+/// run the pump itself (`sync` onto the queue, on the main thread), instead of queuing the pump for a pool
+/// worker that would then wake the main thread: one hand-off instead of two, and a run that never needs a
+/// worker (one small file) starts none. dcat of an empty file on ext4 took 0.95x the time (0.993 against
+/// 1.045 ms, 800 runs in turn) and 0.84x the CPU time; 10,000 files of 4 KiB and the source tree 0.93-0.96x.
 ///
 /// A file dcat opened whose size at open is under 64 KiB has no channel: its one window is one
 /// `IOChannel.readSmallFile` into a buffer of 64 KiB, which counts ``smallWindowReserve`` against the
@@ -660,9 +671,13 @@ final class FileRun: @unchecked Sendable {
         var message: String?
         /// Bytes of the last file finished.
         var lastBytes = 0
+        /// The main thread waits in ``drain()``: set and cleared only there, under the lock.
         var drainWaiting = false
-        /// A pump is queued that has not yet looked at the files: another add need not queue one.
+        /// A pump is queued, or handed to the main thread, that has not yet looked at the files: a window
+        /// that arrives meanwhile need not ask for another.
         var pumpQueued = false
+        /// The pump that ``pumpQueued`` stands for is the draining main thread's to run.
+        var pumpHandedToDrain = false
 
         var isIdle: Bool { files.isEmpty && writing == 0 && message == nil }
     }
@@ -719,7 +734,8 @@ final class FileRun: @unchecked Sendable {
         }
         // A small file's one window is one read, with no channel (see `read`).
         let channel = status != nil && size < IOChannel.smallReadLimit ? nil : makeChannel(fd, status, cleanup)
-        let queuePump = state.withLock { state -> Bool in
+        var reads: [Read] = []
+        state.withLock { state in
             let file = File(
                 id: state.nextID,
                 path: path,
@@ -730,10 +746,9 @@ final class FileRun: @unchecked Sendable {
             )
             state.files.append(file)
             state.nextID += 1
-            defer { state.pumpQueued = true }
-            return !state.pumpQueued
+            issue(&state, reads: &reads)
         }
-        if queuePump { concatenator.queue.async { self.pump() } }
+        for read in reads { self.read(read) }
     }
 
     /// A channel on `fd` that delivers each read once, whole, as its final call. `status`: as for ``add``;
@@ -766,21 +781,39 @@ final class FileRun: @unchecked Sendable {
         return channel
     }
 
-    /// Waits until every file added is written, its message printed and its channel closed; returns how
-    /// many bytes the last one had.
+    /// Waits until every file added is written, its message printed and its channel closed, running the pumps
+    /// handed to it meanwhile (see `read`); returns how many bytes the last one had.
     @discardableResult
     func drain() -> Int {
-        let wait = state.withLock { state -> Bool in
-            if state.isIdle { return false }
-            state.drainWaiting = true
-            return true
+        while true {
+            let (wait, pumpHere) = state.withLock { state -> (Bool, Bool) in
+                if state.pumpHandedToDrain {
+                    state.pumpHandedToDrain = false
+                    return (false, true)
+                }
+                state.drainWaiting = !state.isIdle
+                return (state.drainWaiting, false)
+            }
+            if pumpHere {
+                concatenator.queue.sync { _ = pumpOnce() }
+            } else if wait {
+                drained.wait()
+            } else {
+                break
+            }
         }
-        if wait { drained.wait() }
         return state.withLock { $0.lastBytes }
     }
 
-    /// Moves the write cursor and issues windows. Runs on the serial queue only, so writes leave in order.
+    /// Moves the write cursor and issues windows, and wakes ``drain()`` when that leaves the run idle. Runs on
+    /// the serial queue only, so writes leave in order.
     private func pump() {
+        if pumpOnce() { drained.signal() }
+    }
+
+    /// ``pump()``'s work; true when it left the run idle with the main thread waiting for that (``drain()``,
+    /// when it runs the pump itself, looks at the state instead).
+    private func pumpOnce() -> Bool {
         var writes: [(data: DispatchDataBuffer, reserve: Int)] = []
         var reads: [Read] = []
         var closes: [File] = []
@@ -827,7 +860,7 @@ final class FileRun: @unchecked Sendable {
             if let channel = file.channel { channel.close() } else { file.cleanup(nil) }
         }
         for read in reads { self.read(read) }
-        if idle { drained.signal() }
+        return idle
     }
 
     /// Takes the windows that arrived at the write cursor, in order; ends files. Lock held.
@@ -877,7 +910,9 @@ final class FileRun: @unchecked Sendable {
         }
     }
 
-    /// Issues windows, the earliest files first, while the budget allows. Lock held.
+    /// Issues windows, the earliest files first, while the budget allows. Lock held; from the pump, or from
+    /// ``add(path:fd:size:openedWithStatus:)`` on the main thread (reads may be issued in any order: each
+    /// window is filed by its index, and only the pump writes).
     private func issue(
         _ state: inout State,
         reads: inout [Read]
@@ -945,14 +980,21 @@ final class FileRun: @unchecked Sendable {
                 length: read.length,
                 sizeAtOpen: read.sizeAtOpen
             ) { [self] data, error in
-                // On an engine thread: the window is filed, and the pump runs on the queue, once for any
-                // number of windows that arrive before it looks.
-                let queuePump = state.withLock { state -> Bool in
+                // On an engine thread: the window is filed, and the pump runs once for any number of windows
+                // that arrive before it looks: on the main thread when it waits in `drain`, else on the queue.
+                let (queuePump, wakeDrain) = state.withLock { state -> (Bool, Bool) in
                     arrive(&state, read, data: data, error: error)
-                    defer { state.pumpQueued = true }
-                    return !state.pumpQueued
+                    guard !state.pumpQueued else { return (false, false) }
+                    state.pumpQueued = true
+                    guard state.drainWaiting else { return (true, false) }
+                    state.pumpHandedToDrain = true
+                    return (false, true)
                 }
-                if queuePump { concatenator.queue.async { self.pump() } }
+                if wakeDrain {
+                    drained.signal()
+                } else if queuePump {
+                    concatenator.queue.async { self.pump() }
+                }
             }
             return
         }
