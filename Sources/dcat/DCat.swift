@@ -84,25 +84,28 @@ struct DCat: ParsableCommand {
     func run() throws {}
 }
 
-/// The bytes one read operation asks for. Reads are issued in windows of this size so that a fast input
-/// cannot run ahead of a slow output: a window is read only while fewer than ``windows`` are read or
-/// being written. A window is two read and two write system calls (the channel reads and writes at most
-/// 1 MiB per call), so each of its reads has the other beside it on the kernel's workers.
-private let window = 2 << 20
-/// The window when standard output is a regular file: one read each. Writes to one file run one at a time
-/// on one of io_uring's workers, and that writer sets the pace; two reads beside it make three busy threads
-/// on two cores, and the writer loses its core to them half the time. Measured on 2026-11-26, 1 GiB warm
-/// from tmpfs to a new file on tmpfs, in three batches of 21–40 alternating runs: 1 MiB windows took
-/// 0.94–0.96× the time of 2 MiB ones (653 ms against 695 in the longest), dd writing zeros alone 0.90×.
-/// To /dev/null the reverse holds (1 MiB windows: 1.12× the time), so other outputs keep ``window``.
-private let fileOutputWindow = 1 << 20
-/// Windows read or being written at once. Peak data in memory is about `windows × window`: 2 × 4 MiB
-/// measured 18.6 MiB peak RSS writing 1 GiB to a file, over the 16 MiB the tools promise. Measured on
-/// 2026-11-24, 1 GiB warm to /dev/null, in alternating runs: 3 × 2 MiB in 1 MiB reads took 0.87× the time
-/// of the former 4 × 1 MiB in 512 KiB reads (1.03–1.09× cat instead of 1.18×); 4 × 2 MiB was no faster, at
-/// 15.6 MiB peak RSS against 12.6 MiB. To a file on tmpfs all three are even: writes to one file run one
-/// at a time in io_uring's workers, and page allocation, not the copy, sets the pace there.
-private let windows = 3
+/// The bytes one read operation of a regular file asks for: one read system call (the channel reads at most
+/// 1 MiB per call). Reads are issued in windows so that a fast input cannot run ahead of a slow output: a
+/// window is read only while fewer than ``windows`` (``fileOutputWindows``) are read or being written.
+private let window = 1 << 20
+/// Windows read or being written at once when standard output is a regular file. Writes to one file run one
+/// at a time on one of io_uring's workers, and that writer sets the pace; more reads beside it make more
+/// busy threads on two cores, and the writer loses its core to them. Measured on 2026-11-26, 1 GiB warm from
+/// tmpfs to a new file on tmpfs, in three batches of 21–40 alternating runs: 3 windows of 1 MiB took
+/// 0.94–0.96× the time of 3 of 2 MiB (653 ms against 695 in the longest), dd writing zeros alone 0.90×.
+private let fileOutputWindows = 3
+/// Windows read or being written at once to any other output. Peak data in memory is about
+/// `windows × window`. A window's place stays taken from the end of its read through the hand-offs of its
+/// write (to the handler queue, to the ring thread, back, and to the ring thread again for the next read),
+/// 150–200 µs on this host, while two of io_uring's workers copy a megabyte every 30 µs: with 3 windows of
+/// 2 MiB, 2.1 reads were in flight on average and the two cores idled half of `dcat 1 GiB > /dev/null`.
+/// Measured on 2026-11-27 (cat read the gigabyte in 57 ms), in batches of 11–21 alternating runs: 3 × 2 MiB
+/// took 1.17–1.22× cat's time, 4 × 2 MiB 1.14–1.15×, 8 × 1 MiB 1.09–1.13× and 10 × 1 MiB 1.08× (13.6 MiB
+/// peak RSS). 8 × 1 MiB peaks at 11.4 MiB, to /dev/null or a pipe, against 9.4 for 3 × 2 MiB; an earlier,
+/// slower host had measured 4 × 2 MiB no faster than 3 at 15.6 MiB.
+private let windows = 8
+/// Stream windows read or being written at once (see ``streamWindow``).
+private let streamWindows = 3
 /// The most one read handler call delivers on a stream, and so the most one read system call asks for:
 /// half a pooled buffer, of which a read touches only what it asks for.
 private let piece = 512 << 10
@@ -139,9 +142,9 @@ func concatenate(_ operands: [PathName]) -> Never {
 final class Concatenator: @unchecked Sendable {
     fileprivate let queue = WorkQueue(label: "dcat")
     private let output: IOChannel
-    /// The window of regular files' reads: ``fileOutputWindow`` when standard output is a regular file,
-    /// ``window`` otherwise.
-    fileprivate let readWindow: Int
+    /// Windows of regular files read or being written at once: ``fileOutputWindows`` when standard output is
+    /// a regular file, ``windows`` otherwise.
+    fileprivate let windowCount: Int
     /// Whether small windows that reach the output together may go out in one write: not into a datagram
     /// or sequenced-packet socket, where a write is a message and cat writes each file's own.
     fileprivate let joinsWrites: Bool
@@ -157,7 +160,7 @@ final class Concatenator: @unchecked Sendable {
     private let cursor: OutputCursor?
     /// One credit per stream window whose bytes are not yet all written (regular files' windows are
     /// counted by the ``FileRun``).
-    private let credits = WorkSemaphore(value: windows)
+    private let credits = WorkSemaphore(value: streamWindows)
     private let status = Locked<Int32>(0)
 
     init() {
@@ -165,7 +168,7 @@ final class Concatenator: @unchecked Sendable {
         let regular = fstat(STDOUT_FILENO, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
         if info.st_mode & S_IFMT == S_IFIFO { growPipe(STDOUT_FILENO) }
         positionedOutput = regular && fcntl(STDOUT_FILENO, F_GETFL) & O_APPEND == 0
-        readWindow = regular ? fileOutputWindow : window
+        windowCount = regular ? fileOutputWindows : windows
         joinsWrites = info.st_mode & S_IFMT != S_IFSOCK || isStreamSocket(STDOUT_FILENO)
         outputStart = positionedOutput ? lseek(STDOUT_FILENO, 0, SEEK_CUR) : 0
         cursor = positionedOutput ? OutputCursor(start: outputStart, sizeAtStart: info.st_size) : nil
@@ -234,9 +237,9 @@ final class Concatenator: @unchecked Sendable {
 
     /// Waits until every write submitted so far has completed: each window's credit is back.
     private func waitForWrites() {
-        for _ in 0..<windows { credits.wait() }
+        for _ in 0..<streamWindows { credits.wait() }
         // Hand them back: a semaphore released below its initial value is a programming error (C30).
-        for _ in 0..<windows { credits.signal() }
+        for _ in 0..<streamWindows { credits.signal() }
     }
 
     /// Opens `path` for reading; -1 with `errno` set when it cannot. Files read ahead hold descriptors:
@@ -579,11 +582,9 @@ final class OutputCursor: Sendable {
 final class FileRun: @unchecked Sendable {
     /// Files open at once: their descriptors, and so how far the reading may run ahead of the writing.
     static let maxFiles = 16
-    /// Bytes of windows read or being written at once, as before across a single file: ``windows`` of
-    /// ``window`` bytes.
+    /// Bytes of windows read or being written at once, as before across a single file:
+    /// ``Concatenator/windowCount`` windows of ``window`` bytes.
     private let budget: Int
-    /// The most one window asks for (``Concatenator/readWindow``).
-    private let window: Int
     /// What a window of a file without a channel (one `IOChannel.readSmallFile`) counts against the budget:
     /// a sixteenth of it, so that at most sixteen are in flight, the probe pool's idle limit, and their 64 KiB
     /// buffers are reused rather than made anew. Counted at the 64 KiB each pins, ninety-six were in flight
@@ -693,8 +694,7 @@ final class FileRun: @unchecked Sendable {
 
     init(concatenator: Concatenator) {
         self.concatenator = concatenator
-        window = concatenator.readWindow
-        budget = windows * window
+        budget = concatenator.windowCount * window
         smallWindowReserve = budget / 16
     }
 
