@@ -50,12 +50,12 @@ static inline int curing_affinity_cpu_count(void) {
     return count;
 }
 
-// `statx` the function collides with `struct statx` in Swift; this name does not.
-/// The calling thread's id, which Glibc's Swift module does not declare (`gettid` needs _GNU_SOURCE).
+// The calling thread's id, which Glibc's Swift module does not declare (`gettid` needs _GNU_SOURCE).
 static inline pid_t curing_gettid(void) {
     return (pid_t)syscall(SYS_gettid);
 }
 
+// `statx` the function collides with `struct statx` in Swift; this name does not.
 static inline int callStatx(int dirfd, const char *pathname, int flags, unsigned int mask, struct statx *buffer) {
     return statx(dirfd, pathname, flags, mask, buffer);
 }

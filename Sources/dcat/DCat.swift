@@ -672,7 +672,8 @@ final class FileRun: @unchecked Sendable {
         var message: String?
         /// Bytes of the last file finished.
         var lastBytes = 0
-        /// The main thread waits in ``drain()``: set and cleared only there, under the lock.
+        /// The main thread waits in ``drain()``: set only there; cleared there as it leaves, or by the pump
+        /// that finds the run idle and wakes it.
         var drainWaiting = false
         /// A pump is queued, or handed to the main thread, that has not yet looked at the files: a window
         /// that arrives meanwhile need not ask for another.
@@ -781,8 +782,9 @@ final class FileRun: @unchecked Sendable {
         return channel
     }
 
-    /// Waits until every file added is written, its message printed and its channel closed, running the pumps
-    /// handed to it meanwhile (see `read`); returns how many bytes the last one had.
+    /// Waits until every file added is written, its message printed and its channel's close issued (the
+    /// cleanup handler closes the descriptor, maybe later), running the pumps handed to it meanwhile (see
+    /// `read`); returns how many bytes the last one had.
     @discardableResult
     func drain() -> Int {
         while true {
