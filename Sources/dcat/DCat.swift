@@ -101,8 +101,9 @@ private let fileOutputWindows = 3
 /// 2 MiB, 2.1 reads were in flight on average and the two cores idled half of `dcat 1 GiB > /dev/null`.
 /// Measured on 2026-11-27 (cat read the gigabyte in 57 ms), in batches of 11–21 alternating runs: 3 × 2 MiB
 /// took 1.17–1.22× cat's time, 4 × 2 MiB 1.14–1.15×, 8 × 1 MiB 1.09–1.13× and 10 × 1 MiB 1.08× (13.6 MiB
-/// peak RSS). 8 × 1 MiB peaks at 11.4 MiB, to /dev/null or a pipe, against 9.4 for 3 × 2 MiB; an earlier,
-/// slower host had measured 4 × 2 MiB no faster than 3 at 15.6 MiB.
+/// peak RSS). 8 × 1 MiB peaks at 11.4 MiB, to /dev/null or a pipe, against 9.4 for 3 × 2 MiB, and at
+/// 13.2–14.2 MiB for the worst mixes of many files found (helper-51, 11.3–11.9 before); an earlier, slower
+/// host had measured 4 × 2 MiB no faster than 3 at 15.6 MiB.
 private let windows = 8
 /// Stream windows read or being written at once (see ``streamWindow``).
 private let streamWindows = 3
@@ -560,11 +561,10 @@ final class OutputCursor: Sendable {
 /// reading it, the handler queue writing it, the main thread again for its end and its close), so `dcat`
 /// of 10,000 files of 4 KiB took 1.4–1.8 s where cat took 0.3. Here the main thread opens files and hands
 /// them over, up to ``maxFiles`` open at once, issuing the windows a new file may have at once; windows are
-/// issued across files while their bytes
-/// in flight stay under ``budget``, each window reserving what the file's size at open says it holds;
-/// a window is written once the ones before it (of its file and of the files before) are, and a file's
-/// message, when it failed, once every byte before it is written. All of it runs on the concatenator's
-/// serial queue, so writes are submitted in order.
+/// issued across files while their bytes in flight stay under ``budget``, each window reserving what the
+/// file's size at open says it holds; a window is written once the ones before it (of its file and of the
+/// files before) are, and a file's message, when it failed, once every byte before it is written. All of it
+/// runs on the concatenator's serial queue, so writes are submitted in order.
 ///
 /// While the main thread waits for the run to drain, a window that arrives on an engine thread wakes it to
 /// run the pump itself (`sync` onto the queue, on the main thread), instead of queuing the pump for a pool
