@@ -248,10 +248,50 @@ public final class IOChannel: Sendable {
         queue: WorkQueue,
         handler: @escaping @Sendable (_ done: Bool, _ data: DispatchDataBuffer?, _ error: Errno?) -> Void
     ) {
+        read(offset: offset, length: length, handlerQueue: queue) { done, data, error in handler(done, data, error) }
+    }
+
+    /// A read's handler that takes the data over (`consuming`): `done`, the data, and the error. Nothing else
+    /// holds the data while the handler runs, so what it moves on is the only reference.
+    package typealias OwningReadHandler =
+        @Sendable (
+            _ done: Bool, _ data: consuming DispatchDataBuffer?, _ error: Errno?
+        ) -> Void
+    /// A write's handler: `done`, the data not yet written, and the error.
+    package typealias OperationHandler = @Sendable (_ done: Bool, _ data: DispatchDataBuffer?, _ error: Errno?) -> Void
+
+    /// Reads as ``read(offset:length:queue:handler:)`` does, with the same calls, but runs the handler on
+    /// the thread that makes each call due, with no queue between: as a rule an engine thread, as the
+    /// kernel's read completes; the calling thread, before this returns, when the read fails or ends at
+    /// once (a zero length, a closed channel); now and then another thread busy with the channels' own work
+    /// (a write whose end lets reads waiting on the write backlog go on). Calls still come one at a time
+    /// and in order.
+    ///
+    /// For a handler that only hands the bytes on and submits the next operation (`dcat`'s windows): a
+    /// hop to a queue costs a thread's wake-up per call, 30–60 µs on a virtual machine whose idle CPUs
+    /// halt, where the next submission from the engine's own thread costs none. The handler must be short
+    /// and must not block (no waiting on a semaphore or a `sync`, no writes to a terminal or pipe with
+    /// plain system calls): it holds up every completion of the engine while it runs. It takes the data
+    /// over: a handler that moves it on and then submits more work holds no buffer the read gave it.
+    package func read(
+        offset: Int64,
+        length: Int,
+        onCompletingThread handler: @escaping OwningReadHandler
+    ) {
+        read(offset: offset, length: length, handlerQueue: nil, handler: handler)
+    }
+
+    private func read(
+        offset: Int64,
+        length: Int,
+        handlerQueue queue: WorkQueue?,
+        handler: @escaping OwningReadHandler
+    ) {
         if length == 0 {
             // A closed channel, or one whose file failed, refuses it first, as any other (B28, B2).
             let refusal = zeroLengthRefusal
-            queue.async { handler(true, refusal == nil ? DispatchDataBuffer() : nil, refusal) }
+            let call: @Sendable () -> Void = { handler(true, refusal == nil ? DispatchDataBuffer() : nil, refusal) }
+            if let queue { queue.async(execute: call) } else { call() }
             return
         }
         let operation = ReadOperation(
@@ -296,9 +336,31 @@ public final class IOChannel: Sendable {
         queue: WorkQueue,
         handler: @escaping @Sendable (_ done: Bool, _ data: DispatchDataBuffer?, _ error: Errno?) -> Void
     ) {
+        write(offset: offset, data: data, handlerQueue: queue, handler: handler)
+    }
+
+    /// Writes as ``write(offset:data:queue:handler:)`` does, with the same calls, but runs the handler on the
+    /// thread that makes each call due, as ``read(offset:length:onCompletingThread:)`` does, with the same
+    /// rules: short, never blocking. A write that fails or ends at once (empty data, a closed channel) calls
+    /// it on the calling thread before this returns.
+    package func write(
+        offset: Int64,
+        data: DispatchDataBuffer,
+        onCompletingThread handler: @escaping OperationHandler
+    ) {
+        write(offset: offset, data: data, handlerQueue: nil, handler: handler)
+    }
+
+    private func write(
+        offset: Int64,
+        data: DispatchDataBuffer,
+        handlerQueue queue: WorkQueue?,
+        handler: @escaping @Sendable (_ done: Bool, _ data: DispatchDataBuffer?, _ error: Errno?) -> Void
+    ) {
         if data.isEmpty {
             let refusal = zeroLengthRefusal
-            queue.async { handler(true, refusal == nil ? nil : data, refusal) }
+            let call: @Sendable () -> Void = { handler(true, refusal == nil ? nil : data, refusal) }
+            if let queue { queue.async(execute: call) } else { call() }
             return
         }
         let operation = WriteOperation(

@@ -21,11 +21,15 @@ struct ChannelSettings: Sendable {
 /// Handlers of one operation run one at a time and in order, even on a concurrent queue: there they go
 /// through a private serial queue that targets the caller's (B13). A serial queue keeps them in order by
 /// itself, so they go straight onto it (one queue level and one queue creation less per operation).
+///
+/// An operation without a queue runs its handler calls on the thread that made them due, an engine thread
+/// as a rule, as soon as the lock is let go of: see ``runInlineCalls()``.
 class IOOperation: @unchecked Sendable {
     let channel: ChannelCore
     let entry: FileEntry
     let settings: ChannelSettings
-    let handlerQueue: WorkQueue
+    /// Where the handler runs; nil to run it on the thread that made the call due.
+    let handlerQueue: WorkQueue?
     let lock = Lock()
     /// Kernel requests in flight: token → bytes asked, and token → the engine's identifier (for stop).
     var inFlight: [Int: Int] = [:]
@@ -34,11 +38,11 @@ class IOOperation: @unchecked Sendable {
     var finalDelivered = false
     var reportedFinished = false
 
-    init(channel: ChannelCore, settings: ChannelSettings, queue: WorkQueue) {
+    init(channel: ChannelCore, settings: ChannelSettings, queue: WorkQueue?) {
         self.channel = channel
         self.entry = channel.entry
         self.settings = settings
-        self.handlerQueue = queue.isSerial ? queue : WorkQueue(label: "io.opq", target: queue)
+        self.handlerQueue = queue.map { $0.isSerial ? $0 : WorkQueue(label: "io.opq", target: $0) }
         kindAtCreation = entry.operationCreated()
     }
 
@@ -48,9 +52,45 @@ class IOOperation: @unchecked Sendable {
     /// Queues the final handler call; once it has returned, the entry may be given up (B4).
     func deliverFinal(_ call: @escaping @Sendable () -> Void) {
         let entry = self.entry
-        handlerQueue.async {
+        deliverCall {
             call()
             entry.finalCallReturned()
+        }
+    }
+
+    /// Queues one handler call: on the handler queue, or, without one, for ``runInlineCalls()``, which the
+    /// code that made it due runs once it has let go of the lock.
+    func deliverCall(_ call: @escaping @Sendable () -> Void) {
+        guard let handlerQueue else { return inline.withLock { $0.calls.append(call) } }
+        handlerQueue.async(execute: call)
+    }
+
+    /// Handler calls of an operation without a queue, due and not yet run, and whether a thread is running
+    /// them. Its own lock, not `lock`: calls are queued with `lock` held or not.
+    private let inline = Locked(InlineCalls())
+
+    private struct InlineCalls {
+        var calls: [@Sendable () -> Void] = []
+        var running = false
+    }
+
+    /// Runs the handler calls that are due, in order, for an operation without a queue; lock not held.
+    /// One thread runs them at a time, so that they stay in order and never overlap: a thread that finds
+    /// another running them leaves its calls to it. Every path that can queue a call runs this after it
+    /// lets go of the lock (`progress`, `fail`, an interval's tick); a handler that submits more work, which
+    /// completes at once and runs this again, returns here without recursing.
+    func runInlineCalls() {
+        guard handlerQueue == nil else { return }
+        while true {
+            let calls = inline.withLock { inline -> [@Sendable () -> Void] in
+                guard !inline.running, !inline.calls.isEmpty else { return [] }
+                inline.running = true
+                defer { inline.calls = [] }
+                return inline.calls
+            }
+            if calls.isEmpty { return }
+            for call in calls { call() }
+            inline.withLock { $0.running = false }
         }
     }
 
@@ -104,7 +144,9 @@ class IOOperation: @unchecked Sendable {
         guard let interval = settings.interval, interval > .zero else { return }
         entry.engine.timeout(deadline: ContinuousClock.now + interval) { [self] completion in
             guard completion.error == nil else { return }
-            if lock.withLock(tick) { armIntervalTimer(tick) }
+            let again = lock.withLock(tick)
+            runInlineCalls()
+            if again { armIntervalTimer(tick) }
         }
     }
 
@@ -121,7 +163,9 @@ class IOOperation: @unchecked Sendable {
 
 /// A read: chunks from the kernel accumulate and are handed out by the water marks (B15–B18, B24, B27).
 final class ReadOperation: IOOperation, @unchecked Sendable {
-    typealias Handler = @Sendable (Bool, DispatchDataBuffer?, Errno?) -> Void
+    /// The handler takes the data over: the operation keeps no reference to it while the handler runs
+    /// (see ``Handoff``).
+    typealias Handler = @Sendable (Bool, consuming DispatchDataBuffer?, Errno?) -> Void
 
     private let length: Int
     private let requestedOffset: Int64
@@ -165,7 +209,7 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
         offset: Int64,
         length: Int,
         settings: ChannelSettings,
-        queue: WorkQueue,
+        queue: WorkQueue?,
         returnOnFirstData: Bool = false,
         handler: @escaping Handler
     ) {
@@ -184,6 +228,7 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
         }
         let handler = self.handler
         deliverFinal { handler(true, nil, error) }
+        runInlineCalls()
     }
 
     override func start(fd: CInt) {
@@ -292,6 +337,7 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
             submit(buffer: buffer, from: chunkPool, size: size, offset: offset, sequence: sequence, offload: offload)
         }
         if finished { reportFinishedIfDone() }
+        runInlineCalls()
     }
 
     private func submit(
@@ -431,13 +477,14 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
         let count = data?.count ?? 0
         outstanding += count
         let handler = self.handler
+        let handoff = Handoff(data)
         let call: @Sendable () -> Void = { [self] in
-            handler(done, data, error)
+            handler(done, handoff.take(), error)
             guard count > 0 else { return }
             lock.withLock { outstanding -= count }
             progress()
         }
-        if done { deliverFinal(call) } else { handlerQueue.async(execute: call) }
+        if done { deliverFinal(call) } else { deliverCall(call) }
     }
 
     // MARK: Interval (B27)
@@ -487,7 +534,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         offset: Int64,
         data: DispatchDataBuffer,
         settings: ChannelSettings,
-        queue: WorkQueue,
+        queue: WorkQueue?,
         handler: @escaping Handler
     ) {
         self.data = data
@@ -543,6 +590,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         if wasCounted { WriteBacklog.shared.remove(total) }
         let handler = self.handler
         deliverFinal { handler(true, data, error) }
+        runInlineCalls()
     }
 
     override func start(fd: CInt) {
@@ -588,6 +636,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         if release > 0 { WriteBacklog.shared.remove(release) }
         if let (piece, token) = chunk.take() { submit(consume piece, token: token) }
         if finished { reportFinishedIfDone() }
+        runInlineCalls()
     }
 
     /// The next piece to write: the first bytes up to the chunk size and the high water mark (B26), cut
@@ -667,7 +716,7 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
         if done {
             deliverFinal { handler(done, data, error) }
         } else {
-            handlerQueue.async { handler(done, data, error) }
+            deliverCall { handler(done, data, error) }
         }
     }
 
@@ -687,5 +736,22 @@ final class WriteOperation: IOOperation, @unchecked Sendable {
             deliver(done: false, data: remaining, error: nil)
         }
         return true
+    }
+}
+
+/// Data on its way to a handler, which takes it over once: the call that delivers it then holds no reference
+/// of its own while the handler runs. A handler that moves the bytes on and goes on to other work in the
+/// same call (dcat's pump, which writes them and may issue the next reads) would otherwise keep the read's
+/// pooled buffer alive under it, after the bytes' write has completed on another thread, and the next read
+/// would take a fresh buffer beside it.
+final class Handoff: @unchecked Sendable {
+    private var data: DispatchDataBuffer?
+
+    init(_ data: DispatchDataBuffer?) { self.data = data }
+
+    /// The data, once; nil after. Only the one call that delivers it calls this.
+    func take() -> DispatchDataBuffer? {
+        defer { data = nil }
+        return data
     }
 }
