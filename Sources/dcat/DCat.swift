@@ -15,9 +15,9 @@ import Glibc
 ///
 /// Every byte goes through ``IOChannel``: a channel on each input (random on a regular file, stream
 /// otherwise), except that a regular file under 64 KiB is read with one `IOChannel.readSmallFile`, and one
-/// on standard output. The main thread opens files, issues their first reads and waits; handlers run on a
-/// serial queue and hand what was read straight to the output channel, so the tool has no read or write loop
-/// of its own.
+/// on standard output. The main thread opens files, issues their first reads and waits; a regular file's
+/// handlers run on the engine's thread as its reads and writes complete (a stream's on a serial queue) and
+/// hand what was read straight to the output channel, so the tool has no read or write loop of its own.
 @main
 enum Main {
     static func main() {
@@ -95,16 +95,27 @@ private let window = 1 << 20
 /// 0.94–0.96× the time of 3 of 2 MiB (653 ms against 695 in the longest), dd writing zeros alone 0.90×.
 private let fileOutputWindows = 3
 /// Windows read or being written at once to any other output. Peak data in memory is about
-/// `windows × window`. A window's place stays taken from the end of its read through the hand-offs of its
-/// write (to the handler queue, to the ring thread, back, and to the ring thread again for the next read),
+/// `windows × window`. A window's place stays taken from the end of its read until its write completes and
+/// the next read is submitted. When the pump ran on a queue, that took four hand-offs between threads
+/// (to the handler queue, to the ring thread, back, and to the ring thread again for the next read),
 /// 150–200 µs on this host, while two of io_uring's workers copy a megabyte every 30 µs: with 3 windows of
 /// 2 MiB, 2.1 reads were in flight on average and the two cores idled half of `dcat 1 GiB > /dev/null`.
-/// Measured on 2026-11-27 (cat read the gigabyte in 57 ms), in batches of 11–21 alternating runs: 3 × 2 MiB
-/// took 1.17–1.22× cat's time, 4 × 2 MiB 1.14–1.15×, 8 × 1 MiB 1.09–1.13× and 10 × 1 MiB 1.08× (13.6 MiB
-/// peak RSS). 8 × 1 MiB peaks at 11.4 MiB, to /dev/null or a pipe, against 9.4 for 3 × 2 MiB, and at
+/// Measured then (2026-11-27; cat read the gigabyte in 57 ms), in batches of 11–21 alternating runs: 3 × 2
+/// MiB took 1.17–1.22× cat's time, 4 × 2 MiB 1.14–1.15×, 8 × 1 MiB 1.09–1.13× and 10 × 1 MiB 1.08× (13.6
+/// MiB peak RSS). With the pump on the engine's thread the bytes in flight still count, less: against 8 × 1
+/// MiB, 3 × 1 MiB took 1.10× the time, 4 × 1 MiB 1.11×, 3 × 2 MiB 1.07×, 4 × 2 MiB 0.98× (21 runs in turn,
+/// later that day). 8 × 1 MiB peaks at 11.4 MiB, to /dev/null or a pipe, against 9.4 for 3 × 2 MiB, and at
 /// 13.2–14.2 MiB for the worst mixes of many files found (helper-51, 11.3–11.9 before); an earlier, slower
 /// host had measured 4 × 2 MiB no faster than 3 at 15.6 MiB.
 private let windows = 8
+/// ``windows`` on the POSIX engine, whose completions, and so the pump, come on several threads at once.
+/// There a window's buffer outlives its place now and then (the place comes back as its write completes, on
+/// one thread, while another may still hold the bytes): with 8 windows dcat made 9–12 pooled megabytes
+/// where 7–8 had been made when the pump ran on a queue, and a mix of 3,000 files of 100 B to 3 MiB peaked
+/// at 16.3–18.9 MiB, over the 16 promised (14.1–15.3 before). 5 windows peak at 12.8–14.1 MiB on that mix
+/// and are as fast: `dcat 1 GiB > /dev/null` took 55.4 ms, 56.6 with 6 windows, 58.5 with 8, and 68.6 when
+/// the pump ran on a queue (15 runs in turn, 2026-11-27).
+private let posixWindows = 5
 /// Stream windows read or being written at once (see ``streamWindow``).
 private let streamWindows = 3
 /// The most one read handler call delivers on a stream, and so the most one read system call asks for:
@@ -169,7 +180,7 @@ final class Concatenator: @unchecked Sendable {
         let regular = fstat(STDOUT_FILENO, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
         if info.st_mode & S_IFMT == S_IFIFO { growPipe(STDOUT_FILENO) }
         positionedOutput = regular && fcntl(STDOUT_FILENO, F_GETFL) & O_APPEND == 0
-        windowCount = regular ? fileOutputWindows : windows
+        windowCount = regular ? fileOutputWindows : IOEngine.shared.kind == .posix ? posixWindows : windows
         joinsWrites = info.st_mode & S_IFMT != S_IFSOCK || isStreamSocket(STDOUT_FILENO)
         outputStart = positionedOutput ? lseek(STDOUT_FILENO, 0, SEEK_CUR) : 0
         cursor = positionedOutput ? OutputCursor(start: outputStart, sizeAtStart: info.st_size) : nil
@@ -349,8 +360,9 @@ final class Concatenator: @unchecked Sendable {
 
     // MARK: Regular files
 
-    /// Writes one window's data and runs `written` when the write has completed (at once when there is
-    /// nothing to write, or once a write has failed).
+    /// Writes one window's data and runs `written` on the thread the write completes on (an engine thread),
+    /// once it has completed; at once when there is nothing to write, or once a write has failed. The end of
+    /// the output, after a failed write, is reported from the queue, since the message may block.
     fileprivate func writeWindow(_ data: DispatchDataBuffer, written: @escaping @Sendable () -> Void) {
         guard !data.isEmpty else { return written() }
         let cursor = self.cursor
@@ -359,12 +371,14 @@ final class Concatenator: @unchecked Sendable {
         // After a failed write nothing more is written (see `OutputCursor`).
         guard let offset else { return written() }
         let count = data.count
-        output.write(offset: offset, data: data, queue: queue) { done, unwritten, error in
+        output.write(offset: offset, data: data) { [queue] done, unwritten, error in
             guard done else { return }
             if let cursor {
-                cursor.ended(at: offset, count: count, unwritten: unwritten?.count ?? 0, error: error)
+                if let over = cursor.ended(at: offset, count: count, unwritten: unwritten?.count ?? 0, error: error) {
+                    return queue.async { cursor.end(over) }
+                }
             } else if let error {
-                Concatenator.writeFailed(error)
+                return queue.async { Concatenator.writeFailed(error) }
             }
             written()
         }
@@ -513,9 +527,9 @@ final class OutputCursor: Sendable {
     }
 
     /// The write taken at `offset` has ended, `unwritten` of its `count` bytes not written, with `error`
-    /// if it failed. Does not return once the output is over (see the type's comment).
-    func ended(at offset: Int64, count: Int, unwritten: Int, error: Errno?) {
-        let over = state.withLock { state -> (error: Errno, end: off_t)? in
+    /// if it failed. Returns, once, where the output is over (see the type's comment), for ``end(_:)``.
+    func ended(at offset: Int64, count: Int, unwritten: Int, error: Errno?) -> Over? {
+        state.withLock { state -> Over? in
             guard let index = state.underway.firstIndex(of: offset) else { return nil }
             state.underway.remove(at: index)
             if let error {
@@ -527,9 +541,19 @@ final class OutputCursor: Sendable {
                 if index == 0 { lseek(STDOUT_FILENO, start + off_t(state.underway.first ?? state.next), SEEK_SET) }
                 return nil
             }
-            return state.underway.isEmpty ? (failure.error, start + off_t(failure.end)) : nil
+            return state.underway.isEmpty ? Over(error: failure.error, end: start + off_t(failure.end)) : nil
         }
-        guard let over else { return }
+    }
+
+    /// Where the output ended after a failed write, once no write is under way: the first failure's error,
+    /// and where the bytes written without a gap end.
+    struct Over: Sendable {
+        let error: Errno
+        let end: off_t
+    }
+
+    /// Cuts the output back to where it is over and ends the process with the error.
+    func end(_ over: Over) -> Never {
         let keep = max(over.end, sizeAtStart)
         var status = stat()
         if fstat(STDOUT_FILENO, &status) == 0 && status.st_size > keep { _ = ftruncate(STDOUT_FILENO, keep) }
@@ -563,14 +587,18 @@ final class OutputCursor: Sendable {
 /// them over, up to ``maxFiles`` open at once, issuing the windows a new file may have at once; windows are
 /// issued across files while their bytes in flight stay under ``budget``, each window reserving what the
 /// file's size at open says it holds; a window is written once the ones before it (of its file and of the
-/// files before) are, and a file's message, when it failed, once every byte before it is written. All of it
-/// runs on the concatenator's serial queue, so writes are submitted in order.
+/// files before) are, and a file's message, when it failed, once every byte before it is written.
 ///
-/// While the main thread waits for the run to drain, a window that arrives on an engine thread wakes it to
-/// run the pump itself (`sync` onto the queue, on the main thread), instead of queuing the pump for a pool
-/// worker that would then wake the main thread: one hand-off instead of two, and a run that never needs a
-/// worker (one small file) starts none. dcat of an empty file on ext4 took 0.95x the time (0.993 against
-/// 1.045 ms, 800 runs in turn) and 0.84x the CPU time; 10,000 files of 4 KiB and the source tree 0.93-0.96x.
+/// The pump that does this runs where a window's read or write completes, on the engine's thread, with the
+/// channels' `onCompletingThread` operations: a window's read completes, its write is submitted from that
+/// thread with no wake-up, and the next window's read as its write completes, as a C loop on io_uring does.
+/// One thread pumps at a time (on the POSIX engine completions come on several), so writes are submitted in
+/// order. A failed file's message, which may block on standard error, is printed from the serial queue.
+/// When the pump ran on that queue, each window handed over four times (to a pool worker and back to the
+/// ring thread, for its write and again for the next read), at 30–60 µs a wake-up on this host, and a run
+/// of small files woke the main thread to run it: on 2026-11-27, `dcat 1 GiB > /dev/null` took 0.90× the
+/// time with 880 voluntary context switches instead of 2,220, 10,000 files of 4 KiB 0.83×, an empty file
+/// 0.97×, and 1 GiB into a file, where the writer sets the pace, the same.
 ///
 /// A file dcat opened whose size at open is under 64 KiB has no channel: its one window is one
 /// `IOChannel.readSmallFile` into a buffer of 64 KiB, which counts ``smallWindowReserve`` against the
@@ -672,14 +700,15 @@ final class FileRun: @unchecked Sendable {
         var message: String?
         /// Bytes of the last file finished.
         var lastBytes = 0
+        /// ``message`` is being printed, on the queue; the cursor waits for it.
+        var printing = false
         /// The main thread waits in ``drain()``: set only there; cleared there as it leaves, or by the pump
         /// that finds the run idle and wakes it.
         var drainWaiting = false
-        /// A pump is queued, or handed to the main thread, that has not yet looked at the files: a window
-        /// that arrives meanwhile need not ask for another.
-        var pumpQueued = false
-        /// The pump that ``pumpQueued`` stands for is the draining main thread's to run.
-        var pumpHandedToDrain = false
+        /// A thread is running the pump; another that wants it meanwhile sets ``pumpAgain`` instead.
+        var pumping = false
+        /// Something changed while the pump ran, which it may not have seen: it runs once more.
+        var pumpAgain = false
 
         var isIdle: Bool { files.isEmpty && writing == 0 && message == nil }
     }
@@ -783,45 +812,60 @@ final class FileRun: @unchecked Sendable {
     }
 
     /// Waits until every file added is written, its message printed and its channel's close issued (the
-    /// cleanup handler closes the descriptor, maybe later), running the pumps handed to it meanwhile (see
-    /// `read`); returns how many bytes the last one had.
+    /// cleanup handler closes the descriptor, maybe later); returns how many bytes the last one had.
     @discardableResult
     func drain() -> Int {
-        while true {
-            let (wait, pumpHere) = state.withLock { state -> (Bool, Bool) in
-                if state.pumpHandedToDrain {
-                    state.pumpHandedToDrain = false
-                    return (false, true)
-                }
-                state.drainWaiting = !state.isIdle
-                return (state.drainWaiting, false)
-            }
-            if pumpHere {
-                concatenator.queue.sync { _ = pumpOnce() }
-            } else if wait {
-                drained.wait()
-            } else {
-                break
-            }
+        // Woken by the pump that leaves the run idle while this waits (it clears `drainWaiting`), which the
+        // next look confirms.
+        while state.withLock({ state in
+            state.drainWaiting = !state.isIdle
+            return state.drainWaiting
+        }) {
+            drained.wait()
         }
         return state.withLock { $0.lastBytes }
     }
 
-    /// Moves the write cursor and issues windows, and wakes ``drain()`` when that leaves the run idle. Runs on
-    /// the serial queue only, so writes leave in order.
+    /// Moves the write cursor and issues windows, and wakes ``drain()`` when that leaves the run idle.
+    ///
+    /// It runs on the thread that calls it: an engine thread as a read or write completes, or the main
+    /// thread. One thread runs it at a time, so that writes leave in order; one that finds it running asks
+    /// for one more turn and returns at once (a write that fails at once calls back inside the pump).
+    /// Before, the pump ran on the concatenator's queue: each window's read and write handed over to a pool
+    /// worker and back to the ring thread, four hand-offs per window where this has none.
     private func pump() {
-        if pumpOnce() { drained.signal() }
+        let claimed = state.withLock { state -> Bool in
+            if state.pumping {
+                state.pumpAgain = true
+                return false
+            }
+            state.pumping = true
+            return true
+        }
+        guard claimed else { return }
+        while true {
+            if pumpOnce() { drained.signal() }
+            let again = state.withLock { state -> Bool in
+                if state.pumpAgain {
+                    state.pumpAgain = false
+                    return true
+                }
+                state.pumping = false
+                return false
+            }
+            if !again { return }
+        }
     }
 
-    /// ``pump()``'s work; true when it left the run idle with the main thread waiting for that (``drain()``,
-    /// when it runs the pump itself, looks at the state instead).
+    /// One turn of ``pump()``; true when it left the run idle with the main thread waiting for that.
     private func pumpOnce() -> Bool {
         var writes: [(data: DispatchDataBuffer, reserve: Int)] = []
         var reads: [Read] = []
         var closes: [File] = []
+        var message: String?
         let idle = state.withLock { state -> Bool in
-            state.pumpQueued = false
-            advance(&state, writes: &writes, closes: &closes)
+            state.pumpAgain = false
+            advance(&state, writes: &writes, closes: &closes, message: &message)
             if writes.count > 1 && concatenator.joinsWrites {
                 // Small windows that reached the cursor together go out in one write, up to 1 MiB (the
                 // regions of one `writev`, not copied): many small files are otherwise a write each. Larger
@@ -844,9 +888,9 @@ final class FileRun: @unchecked Sendable {
             return true
         }
         for write in writes {
-            // (Never empty: `writeWindow` would call back at once, inside this loop. After a failed write it
-            // does, and that inner pump only drops windows: it cannot drain, place a message or end a file
-            // before the writes under way have ended, and the last of those ends the process.)
+            // (Never empty, which would call back at once. After a failed write `writeWindow` does call back
+            // inside this loop, and that pump only asks for another turn, which drops windows: the write that
+            // ends the output never calls back, so the run cannot drain, and the queue ends the process.)
             assert(!write.data.isEmpty)
             // The handler lives as long as the write operation: it holds the count, not the bytes.
             let reserve = write.reserve
@@ -862,20 +906,34 @@ final class FileRun: @unchecked Sendable {
             if let channel = file.channel { channel.close() } else { file.cleanup(nil) }
         }
         for read in reads { self.read(read) }
+        if let message {
+            // On the queue: standard error may be a pipe that blocks, which must not hold up the engine.
+            concatenator.queue.async { [self] in
+                concatenator.placeMessage(message)
+                state.withLock { state in
+                    state.message = nil
+                    state.printing = false
+                }
+                pump()
+            }
+        }
         return idle
     }
 
-    /// Takes the windows that arrived at the write cursor, in order; ends files. Lock held.
+    /// Takes the windows that arrived at the write cursor, in order; ends files; gives the message to print
+    /// once no write is in flight, and waits for it to be printed. Lock held.
     private func advance(
         _ state: inout State,
         writes: inout [(data: DispatchDataBuffer, reserve: Int)],
-        closes: inout [File]
+        closes: inout [File],
+        message: inout String?
     ) {
         while true {
-            if let message = state.message {
-                guard state.writing == 0 && writes.isEmpty else { return }
-                concatenator.placeMessage(message)
-                state.message = nil
+            if let waiting = state.message {
+                guard !state.printing && state.writing == 0 && writes.isEmpty else { return }
+                state.printing = true
+                message = waiting
+                return
             }
             guard !state.files.isEmpty else { return }
             if let arrived = state.files[0].arrived.removeValue(forKey: state.files[0].written) {
@@ -982,37 +1040,39 @@ final class FileRun: @unchecked Sendable {
                 length: read.length,
                 sizeAtOpen: read.sizeAtOpen
             ) { [self] data, error in
-                // On an engine thread: the window is filed, and the pump runs once for any number of windows
-                // that arrive before it looks: on the main thread when it waits in `drain`, else on the queue.
-                let (queuePump, wakeDrain) = state.withLock { state -> (Bool, Bool) in
-                    arrive(&state, read, data: data, error: error)
-                    guard !state.pumpQueued else { return (false, false) }
-                    state.pumpQueued = true
-                    guard state.drainWaiting else { return (true, false) }
-                    state.pumpHandedToDrain = true
-                    return (false, true)
-                }
-                if wakeDrain {
-                    drained.signal()
-                } else if queuePump {
-                    concatenator.queue.async { self.pump() }
-                }
+                // On an engine thread, which files the window and runs the pump.
+                state.withLock { state in arrive(&state, read, data: data, error: error) }
+                pump()
             }
             return
         }
         let collected = Locked(DispatchDataBuffer())
-        channel.read(offset: read.offset, length: read.length, queue: concatenator.queue) { [self] done, data, error in
-            if let data, !data.isEmpty { collected.withLock { $0.append(data) } }
-            guard done else { return }
-            state.withLock { state in
-                // Taken out: the handler, and `collected` with it, lives as long as the read operation.
-                let window = collected.withLock { collected in
-                    defer { collected = DispatchDataBuffer() }
-                    return collected
-                }
-                arrive(&state, read, data: window, error: error)
+        channel.read(offset: read.offset, length: read.length) { [self] done, data, error in
+            // The bytes are moved on, and the pump runs with no reference to them left here: a window's
+            // place comes back when its write completes, and a buffer still held then (by this handler,
+            // on another thread than the write's) would be one more pooled megabyte for the next read.
+            file(consume data, done: done, error: error, read: read, collected: collected)
+            if done { pump() }
+        }
+    }
+
+    /// Adds a piece of a window's read to what it collected; files the window once the read is done.
+    private func file(
+        _ data: consuming DispatchDataBuffer?,
+        done: Bool,
+        error: Errno?,
+        read: Read,
+        collected: Locked<DispatchDataBuffer>
+    ) {
+        if let data, !data.isEmpty { collected.withLock { $0.append(data) } }
+        guard done else { return }
+        state.withLock { state in
+            // Taken out: the handler, and `collected` with it, lives as long as the read operation.
+            let window = collected.withLock { collected in
+                defer { collected = DispatchDataBuffer() }
+                return collected
             }
-            pump()
+            arrive(&state, read, data: window, error: error)
         }
     }
 
