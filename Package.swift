@@ -71,7 +71,7 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
-        // System headers the Glibc module leaves out: extended attributes (sys/xattr.h), statfs and openat2.
+        // System headers the Glibc module leaves out: extended attributes (sys/xattr.h), statfs, openat2 and mallopt.
         .systemLibrary(name: "CGlibcExtras"),
         // What the two tools share: file names as bytes, cp's and cat's quoting of them in messages, and
         // cp -p's copy of ACLs.

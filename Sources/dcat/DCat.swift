@@ -109,12 +109,12 @@ private let fileOutputWindows = 3
 /// host had measured 4 × 2 MiB no faster than 3 at 15.6 MiB.
 private let windows = 8
 /// ``windows`` on the POSIX engine, whose completions, and so the pump, come on several threads at once.
-/// There a window's buffer outlives its place now and then (the place comes back as its write completes, on
-/// one thread, while another may still hold the bytes): with 8 windows dcat made 9–12 pooled megabytes
-/// where 7–8 had been made when the pump ran on a queue, and a mix of 3,000 files of 100 B to 3 MiB peaked
-/// at 16.3–18.9 MiB, over the 16 promised (14.1–15.3 before). 5 windows peak at 12.8–14.1 MiB on that mix
-/// and are as fast: `dcat 1 GiB > /dev/null` took 55.4 ms, 56.6 with 6 windows, 58.5 with 8, and 68.6 when
-/// the pump ran on a queue (15 runs in turn, 2026-11-27).
+/// There more pooled megabytes are alive at once than the windows account for (what holds them is not found
+/// yet; Docs/tools.md): with 8 windows dcat made 9–12 where 7–8 had been made when the pump ran on a queue,
+/// and a mix of 3,000 files of 100 B to 3 MiB peaked at 16.3–18.9 MiB, over the 16 promised (14.1–15.3
+/// before). With 5 windows and one malloc arena (see ``concatenate(_:)``) such mixes peak at 11.5–15.1 MiB,
+/// and 5 windows are as fast: `dcat 1 GiB > /dev/null` took 55.4 ms, 56.6 with 6 windows, 58.5 with 8, and
+/// 68.6 when the pump ran on a queue (15 runs in turn, 2026-11-27).
 private let posixWindows = 5
 /// Stream windows read or being written at once (see ``streamWindow``).
 private let streamWindows = 3
@@ -144,6 +144,13 @@ func concatenate(_ operands: [PathName]) -> Never {
         printError("dcat: standard output: \(describe(.badFileDescriptor))\n")
         exit(1)
     }
+    // One malloc arena, before any thread starts. The pump runs on whichever thread a window's read or
+    // write completes on, several at once on the POSIX engine, and glibc gives each thread that meets
+    // another in malloc an arena of its own, which keeps what was freed in it: on that engine a mix of
+    // 3,000 files of 64 KiB to 1 MiB to /dev/null peaked at up to 17.2 MiB (helper-52), over the 16
+    // promised, and at 13.6–15.1 with one arena. dcat allocates little beside its pooled buffers, and one
+    // arena cost no time measured (50.5 against 50.8 ms for 1 GiB to /dev/null on that engine).
+    useOneMallocArena()
     // The concatenator lives until the exit: its release would close the output channel, whose teardown
     // runs on a queue and started a worker thread just to end (the run may have used none).
     let concatenator = Concatenator()
