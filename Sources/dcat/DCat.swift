@@ -108,13 +108,11 @@ private let fileOutputWindows = 3
 /// 13.2–14.2 MiB for the worst mixes of many files found (helper-51, 11.3–11.9 before); an earlier, slower
 /// host had measured 4 × 2 MiB no faster than 3 at 15.6 MiB.
 private let windows = 8
-/// ``windows`` on the POSIX engine, whose completions, and so the pump, come on several threads at once.
-/// There more pooled megabytes are alive at once than the windows account for (what holds them is not found
-/// yet; Docs/tools.md): with 8 windows dcat made 9–12 where 7–8 had been made when the pump ran on a queue,
-/// and a mix of 3,000 files of 100 B to 3 MiB peaked at 16.3–18.9 MiB, over the 16 promised (14.1–15.3
-/// before). With 5 windows and one malloc arena (see ``concatenate(_:)``) such mixes peak at 11.5–15.1 MiB,
-/// and 5 windows are as fast: `dcat 1 GiB > /dev/null` took 55.4 ms, 56.6 with 6 windows, 58.5 with 8, and
-/// 68.6 when the pump ran on a queue (15 runs in turn, 2026-11-27).
+/// ``windows`` on the POSIX engine, whose pool threads complete reads several at once, so that fewer
+/// windows keep it as busy: `dcat 1 GiB > /dev/null` took 55.4 ms with 5 windows, 56.6 with 6 and 58.5 with
+/// 8 (68.6 when the pump ran on a queue; 15 runs in turn, 2026-11-27), and 3 MiB of buffers less. (With 8,
+/// mixes of 3,000 files had peaked at 16.3–18.9 MiB there, until the pump let go of each window's bytes as
+/// soon as its write was submitted: see ``FileRun``'s `pumpOnce`.)
 private let posixWindows = 5
 /// Stream windows read or being written at once (see ``streamWindow``).
 private let streamWindows = 3
@@ -146,10 +144,10 @@ func concatenate(_ operands: [PathName]) -> Never {
     }
     // One malloc arena, before any thread starts. The pump runs on whichever thread a window's read or
     // write completes on, several at once on the POSIX engine, and glibc gives each thread that meets
-    // another in malloc an arena of its own, which keeps what was freed in it: on that engine a mix of
-    // 3,000 files of 64 KiB to 1 MiB to /dev/null peaked at up to 17.2 MiB (helper-52), over the 16
-    // promised, and at 13.6–15.1 with one arena. dcat allocates little beside its pooled buffers, and one
-    // arena cost no time measured (50.5 against 50.8 ms for 1 GiB to /dev/null on that engine).
+    // another in malloc an arena of its own, which keeps what was freed in it: there mixes of 3,000 files
+    // peaked at 10.9–11.9 MiB with one arena and 11.7–13.2 without (2026-11-27). dcat allocates little
+    // beside its pooled buffers, and one arena cost no time measured (50.5 against 50.8 ms for 1 GiB to
+    // /dev/null on that engine).
     useOneMallocArena()
     // The concatenator lives until the exit: its release would close the output channel, whose teardown
     // runs on a queue and started a worker thread just to end (the run may have used none).
@@ -894,7 +892,13 @@ final class FileRun: @unchecked Sendable {
             state.drainWaiting = false
             return true
         }
-        for write in writes {
+        // Each window's bytes are let go of here as soon as its write is submitted, not when the turn ends:
+        // the write may complete on another thread meanwhile and give the window's place back, and the
+        // closes and reads below took up to 200 µs on the POSIX engine, during which the next reads took
+        // fresh pooled megabytes beside buffers only this list still held. Traced there on 3,000 files: 9–10
+        // made for 5 windows (9–12 for 8), now 5–6; peak RSS 10.9–11.9 MiB instead of 13.9–15.1.
+        writes.reverse()
+        while let write = writes.popLast() {
             // (Never empty, which would call back at once. After a failed write `writeWindow` does call back
             // inside this loop, and that pump only asks for another turn, which drops windows: the write that
             // ends the output never calls back, so the run cannot drain, and the queue ends the process.)
