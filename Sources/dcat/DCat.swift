@@ -179,6 +179,9 @@ final class Concatenator: @unchecked Sendable {
     /// counted by the ``FileRun``).
     private let credits = WorkSemaphore(value: streamWindows)
     private let status = Locked<Int32>(0)
+    /// A write to output other than a positioned file failed: nothing more is submitted, as with
+    /// ``OutputCursor`` (cat stops at its failed write), while the queue reports it and ends the process.
+    private let streamOutputFailed = Atomic<Bool>(false)
 
     init() {
         var info = stat()
@@ -372,17 +375,22 @@ final class Concatenator: @unchecked Sendable {
         guard !data.isEmpty else { return written() }
         let cursor = self.cursor
         let offset: Int64?
-        if let cursor { offset = cursor.take(data.count) } else { offset = 0 }
+        if let cursor {
+            offset = cursor.take(data.count)
+        } else {
+            offset = streamOutputFailed.load(ordering: .acquiring) ? nil : 0
+        }
         // After a failed write nothing more is written (see `OutputCursor`).
         guard let offset else { return written() }
         let count = data.count
-        output.write(offset: offset, data: data) { [queue] done, unwritten, error in
+        output.write(offset: offset, data: data) { [self] done, unwritten, error in
             guard done else { return }
             if let cursor {
                 if let over = cursor.ended(at: offset, count: count, unwritten: unwritten?.count ?? 0, error: error) {
                     return queue.async { cursor.end(over) }
                 }
             } else if let error {
+                streamOutputFailed.store(true, ordering: .releasing)
                 return queue.async { Concatenator.writeFailed(error) }
             }
             written()
