@@ -110,7 +110,15 @@ final class CompletingThreadTests {
         let written = try [UInt8](unsafeUninitializedCapacity: bytes.count) { buffer, count in
             let reader = openRead(path)
             defer { try? reader.close() }
-            count = try reader.read(fromAbsoluteOffset: 0, into: UnsafeMutableRawBufferPointer(buffer))
+            count = 0
+            while count < buffer.count {
+                let got = try reader.read(
+                    fromAbsoluteOffset: Int64(count),
+                    into: UnsafeMutableRawBufferPointer(UnsafeMutableBufferPointer(rebasing: buffer[count...]))
+                )
+                if got == 0 { break }
+                count += got
+            }
         }
         expectSameBytes(written, bytes)
     }
