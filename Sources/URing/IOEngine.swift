@@ -444,9 +444,13 @@ package final class IOEngine: Sendable {
     /// process, so the cost per file is close to cp's system calls, where separate operations would cost
     /// a trip through the ring each. The bytes are spliced through a pipe the engine owns, so they are
     /// copied once, from the source's page cache into the destination's, and no buffer of this process
-    /// holds them. Without registered descriptors (the POSIX engine, a kernel before 5.19, or a table the
-    /// kernel refused) the same steps run as separate operations through a buffer, with the same
-    /// outcomes, except that a file the ring cannot splice is ``FileCopyOutcome/incomplete`` there.
+    /// holds them. On the POSIX engine a copy to a new file (`O_CREAT | O_EXCL`) runs whole on one pool
+    /// thread, its system calls one after another as cp's, through that thread's 128 KiB buffer; a source
+    /// that is not a regular file once opened is ``FileCopyOutcome/notStarted`` there. Without registered
+    /// descriptors (a kernel before 5.19, or a table the kernel refused), and on the POSIX engine for
+    /// other destinations, the same steps run as separate operations through a buffer of the file's size,
+    /// with the same outcomes, except that a file the ring cannot splice is
+    /// ``FileCopyOutcome/incomplete`` there.
     ///
     /// `length` is the size the caller found (its `statx`); the copy does not read past it. A source
     /// that no longer holds exactly `length` bytes once they are moved (it grew, or it was cut, which
@@ -515,7 +519,10 @@ package final class IOEngine: Sendable {
             _ = backend.submit(.nop, keepAlive: nil) { _ in handler(.notStarted) }
             return
         }
-        if backend.linkedCopies {
+        // A destination that is not one to create could be a FIFO, whose open waits for a reader: one pool
+        // thread's copy would wait with it, where separate operations can be given up.
+        let creates = flags & (O_CREAT | O_EXCL) == O_CREAT | O_EXCL
+        if backend.linkedCopies || backend.copiesWholeOnOneThread && creates {
             // An error here is the engine's own (shut down, or drained before the chain was submitted).
             _ = backend.submit(.linkedCopy(copy), keepAlive: nil) { completion in
                 handler(completion.error.map { .failed(.openSource, $0) } ?? copy.outcome)

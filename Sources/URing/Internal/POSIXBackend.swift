@@ -153,6 +153,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
 
     var linkedCopies: Bool { false }
     var linkedCopiesKeepOpen: Bool { false }
+    var copiesWholeOnOneThread: Bool { true }
 
     func submit(
         _ op: Op,
@@ -281,6 +282,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     // MARK: Pool threads
 
     private func poolLoop() {
+        let scratch = CopyScratch()
         while true {
             lock.lock()
             // A request cancelled while queued leaves a gap that `pop` skips: the queue may look non-empty
@@ -300,7 +302,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             running[request.id] = request
             if case .openat = request.op { openingThreads[request.id] = pthread_self() }
             lock.unlock()
-            guard execute(request) else { return }
+            guard execute(request, scratch: scratch) else { return }
         }
     }
 
@@ -316,7 +318,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
 
     /// Runs `request` on this pool thread until it completes or parks in the reactor. False when the request
     /// was an open given up while it waited: the thread has been replaced in the pool, and ends.
-    private func execute(_ request: Request) -> Bool {
+    private func execute(_ request: Request, scratch: CopyScratch) -> Bool {
         while true {
             let res: Int
             switch request.op {
@@ -349,8 +351,9 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                 res = withdraw(target) { if case .timeout = $0 { return true } else { return false } }
             case .cancel(let target):
                 res = cancel(target)
-            case .linkedCopy:
-                res = -Int(ENOTSUP)
+            case .linkedCopy(let copy):
+                copy.outcome = Self.copyWhole(copy, through: scratch.buffer)
+                res = 0
             }
             switch request.step(after: res) {
             case .complete(let completion):
@@ -393,6 +396,97 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     }
 
     private func syscallResult(_ rc: Int) -> Int { rc >= 0 ? rc : -Int(errno) }
+
+    // MARK: Whole small files
+
+    /// Copies a small file to a new one on this pool thread, one system call after another as cp makes
+    /// them, with the outcomes of ``IOEngine/copyFile(from:in:to:in:flags:permissions:length:keepOpen:then:)``.
+    /// Run as separate operations, each step was a trip through the pool, and each copy held a buffer of the
+    /// file's size until it ended: `dcopy -r` of 10,000 files of 4 KiB took 1.99× cp's time, and of 1,000
+    /// of 1 MiB 1.48× at 71 MiB of RSS (64 copies in flight). Here the bytes go through `buffer`, this
+    /// thread's own.
+    ///
+    /// The source is opened without blocking and must be a regular file: a FIFO put in its place since the
+    /// caller's `statx` would otherwise hold this thread until a writer came, and shutdown with it. Any
+    /// other kind is left to the caller (`.notStarted`). The destination is one to create (`O_EXCL`: see
+    /// `IOEngine.copyFile`), so its open cannot wait either.
+    private static func copyWhole(_ copy: LinkedCopy, through buffer: UnsafeMutableRawBufferPointer) -> FileCopyOutcome
+    {
+        let source = retryingOnInterrupt {
+            openat(copy.sourceDirectory, copy.source.pointer, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
+        }
+        guard source >= 0 else { return .failed(.openSource, Errno(rawValue: errno)) }
+        var status = stat()
+        // Clearing O_NONBLOCK again (F_SETFL 0) leaves the descriptor as an ordinary open's, for the reads
+        // and for a caller that keeps it.
+        guard fstat(source, &status) == 0, status.st_mode & S_IFMT == S_IFREG, fcntl(source, F_SETFL, 0) == 0 else {
+            Glibc.close(source)
+            return .notStarted
+        }
+        let destination = retryingOnInterrupt {
+            openat(copy.destinationDirectory, copy.destination.pointer, copy.flags | O_CLOEXEC, copy.mode)
+        }
+        guard destination >= 0 else {
+            let failure = Errno(rawValue: errno)
+            Glibc.close(source)
+            return .failed(.openDestination, failure)
+        }
+        var outcome = move(copy, from: source, to: destination, through: buffer)
+        if outcome == .copied {
+            // The last byte expected and the one after it: the source must end where its size said.
+            let found = retryingOnInterrupt {
+                pread(source, copy.probe, Int(copy.probeLength), off_t(copy.probeOffset))
+            }
+            if found < 0 {
+                outcome = .failed(.read, Errno(rawValue: errno))
+            } else if found != Int(copy.probeExpects) {
+                outcome = .incomplete
+            }
+        }
+        if copy.keepsOpen && outcome == .copied { return .copiedOpen(source: source, destination: destination) }
+        Glibc.close(source)
+        // Linux closes the descriptor even when close reports EINTR; only a real error is the copy's.
+        if Glibc.close(destination) != 0 && errno != EINTR && outcome == .copied {
+            outcome = .failed(.closeDestination, Errno(rawValue: errno))
+        }
+        return outcome
+    }
+
+    /// Moves the copy's `length` bytes, a buffer at a time; `.incomplete` when the source ends early or
+    /// the destination takes nothing.
+    private static func move(
+        _ copy: LinkedCopy,
+        from source: CInt,
+        to destination: CInt,
+        through buffer: UnsafeMutableRawBufferPointer
+    ) -> FileCopyOutcome {
+        var offset = 0
+        while offset < copy.length {
+            let got = retryingOnInterrupt {
+                pread(source, buffer.baseAddress, min(buffer.count, copy.length - offset), off_t(offset))
+            }
+            if got < 0 { return .failed(.read, Errno(rawValue: errno)) }
+            if got == 0 { return .incomplete }
+            var written = 0
+            while written < got {
+                let put = retryingOnInterrupt {
+                    pwrite(destination, buffer.baseAddress! + written, got - written, off_t(offset + written))
+                }
+                if put < 0 { return .failed(.write, Errno(rawValue: errno)) }
+                if put == 0 { return .incomplete }
+                written += put
+            }
+            offset += got
+        }
+        return .copied
+    }
+
+    private static func retryingOnInterrupt<Result: BinaryInteger>(_ call: () -> Result) -> Result {
+        while true {
+            let result = call()
+            if result >= 0 || errno != EINTR { return result }
+        }
+    }
 
     /// How a request's descriptor is read and written, decided once per request.
     private enum TransferMode: UInt8 {
@@ -838,6 +932,22 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         }
         for request in due { request.complete(IOCompletion(result: 0)) }
     }
+}
+
+/// A pool thread's buffer for whole-file copies, made at its first one: the pool's four hold 512 KiB at most.
+private final class CopyScratch {
+    /// cp's buffer size.
+    static let size = 128 << 10
+    private var storage: UnsafeMutableRawBufferPointer?
+
+    var buffer: UnsafeMutableRawBufferPointer {
+        if let storage { return storage }
+        let made = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.size, alignment: 4096)
+        storage = made
+        return made
+    }
+
+    deinit { storage?.deallocate() }
 }
 
 /// A regular file, as its writes are ordered: by inode, as io_uring's workers order them.

@@ -41,6 +41,9 @@ protocol EngineBackend: Sendable {
     var linkedCopies: Bool { get }
     /// Whether a linked copy can leave its files open (``LinkedCopy/keepsOpen``).
     var linkedCopiesKeepOpen: Bool { get }
+    /// Whether ``Op/linkedCopy(_:)`` can be submitted for a copy to a new file (`O_CREAT | O_EXCL`), which
+    /// the backend then runs whole on one of its threads, leaving its files open when asked.
+    var copiesWholeOnOneThread: Bool { get }
     var ownDescriptorCount: Int { get }
 }
 
@@ -63,8 +66,9 @@ enum Op {
     case timeout(deadline: BootTime)
     case timeoutRemove(target: UInt64)
     case cancel(target: UInt64)
-    /// A whole small file copied by one chain of linked requests (``URingBackend`` with registered files
-    /// only; ``IOEngine`` runs the steps separately elsewhere).
+    /// A whole small file copied by one chain of linked requests (``URingBackend`` with registered files),
+    /// or by one pool thread's system calls (``POSIXBackend``, to a new file); ``IOEngine`` runs the steps
+    /// separately elsewhere. Its outcome is left in the ``LinkedCopy``.
     case linkedCopy(LinkedCopy)
 
     /// The descriptor a read or write goes to, for the ones that may have to wait for readiness.
@@ -198,9 +202,7 @@ final class Request: @unchecked Sendable {
             return .complete(IOCompletion(result: res))
         case .fail(let error):
             return .complete(IOCompletion(result: 0, error: error))
-        case .linkedCopy:
-            preconditionFailure("a linked copy went to a backend without linked copies")
-        case .nop, .pollAdd, .pollRemove, .timeoutRemove, .cancel:
+        case .nop, .linkedCopy, .pollAdd, .pollRemove, .timeoutRemove, .cancel:
             if res < 0 { return .complete(IOCompletion(result: 0, error: Errno(rawValue: CInt(-res)))) }
             return .complete(IOCompletion(result: res))
         }

@@ -105,6 +105,7 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     /// Whether a linked copy can end by giving its files ordinary descriptors (`IORING_OP_FIXED_FD_INSTALL`,
     /// Linux 6.8) instead of closing them.
     let linkedCopiesKeepOpen: Bool
+    var copiesWholeOnOneThread: Bool { false }
 
     /// The flag sets tried in order: the newest first (one issuer; the kernel's task work waits for this
     /// thread's next system call instead of interrupting it), then plainer ones for older kernels.
