@@ -47,6 +47,31 @@ struct CopyFileTests {
         }
     }
 
+    /// Into a file that may exist (no `O_EXCL`), the POSIX engine runs the steps as separate operations,
+    /// through a buffer of 128 KiB a piece at a time: one more byte than a piece, and several pieces.
+    @Test(arguments: EngineKind.allCases)
+    func copiesEverySizeIntoAnExistingFile(kind: EngineKind) async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let sizes = [1, 128 << 10, (128 << 10) + 1, 1 << 20]
+        let all = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ $0 >> 9) }
+        try await withEngine(kind) { engine in
+            for size in sizes {
+                writeFile(dir.file("s\(size)"), Array(all[0..<size]))
+                writeFile(dir.file("d\(size)"), [UInt8](repeating: 1, count: 3 << 20))
+                let flags = O_WRONLY | O_CREAT | O_TRUNC
+                let outcome = await copy(engine, dir.file("s\(size)"), dir.file("d\(size)"), length: size, flags: flags)
+                #expect(outcome == .copied, "size \(size)")
+                expectContent(dir.file("d\(size)"), Array(all[0..<size]))
+            }
+            // Shorter than its size said, in the second piece: not copied in part.
+            let source = dir.file("s\((128 << 10) + 1)")
+            let shrank = await copy(engine, source, dir.file("e"), length: (128 << 10) + 100, flags: O_WRONLY | O_CREAT)
+            #expect(shrank == .incomplete)
+            try await waitForSlots(engine)
+        }
+    }
+
     /// An empty file moves no bytes: the destination is made and the probe reads at offset 0, so a file
     /// whose size says 0 but that holds bytes (a /proc file) is not copied as empty.
     @Test(arguments: EngineKind.allCases)
