@@ -11,7 +11,8 @@ extension IOChannel {
 
     /// Copies a small regular file whole, with no channel: open, create, transfer and close run as one
     /// linked io_uring submission (see `IOEngine.copyFile`), and the bytes pass through no buffer of this
-    /// process (on the POSIX engine, the same steps run one by one through a buffer).
+    /// process (on the POSIX engine, the same steps run one after another on one pool thread, through its
+    /// buffer).
     ///
     /// A channel per file costs more than the copy itself when files are a few KiB: two channels, their
     /// queues and operations, and a round trip through the ring for each step. This is the path for

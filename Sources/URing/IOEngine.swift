@@ -446,7 +446,9 @@ package final class IOEngine: Sendable {
     /// copied once, from the source's page cache into the destination's, and no buffer of this process
     /// holds them. On the POSIX engine a copy to a new file (`O_CREAT | O_EXCL`) runs whole on one pool
     /// thread, its system calls one after another as cp's, through that thread's 128 KiB buffer; a source
-    /// that is not a regular file once opened is ``FileCopyOutcome/notStarted`` there. Without registered
+    /// that is not a regular file once opened (a directory, a FIFO put in the file's place), or whose open
+    /// would wait (another process's write lease), is ``FileCopyOutcome/notStarted`` there, and such a
+    /// copy, once started, cannot be given up: shutdown waits for it. Without registered
     /// descriptors (a kernel before 5.19, or a table the kernel refused), and on the POSIX engine for
     /// other destinations, the same steps run as separate operations, through a buffer of at most 128 KiB
     /// a piece at a time, with the same outcomes, except that a file the ring cannot splice is
@@ -560,8 +562,9 @@ package enum FileCopyOutcome: Sendable, Equatable {
     /// would report the real error. The destination was opened (created, with `O_EXCL`), so it exists
     /// with unspecified content and must be copied again the ordinary way. The engine closes both.
     case incomplete
-    /// Nothing was opened: the engine could not take this copy (no pipe for it, or a pipe smaller than
-    /// the file). Copy the file the ordinary way.
+    /// Nothing was made at the destination: the engine could not take this copy (no pipe for it, or a
+    /// pipe smaller than the file; on the POSIX engine, a source that is not a regular file once opened,
+    /// or whose open would wait). Copy the file the ordinary way.
     case notStarted
     /// A step failed with this error, and nothing after it ran; the engine closes whatever was opened.
     /// The destination exists if the failed step was `.read`, `.write` or `.closeDestination`. (On

@@ -220,6 +220,30 @@ struct CopyFileTests {
         }
     }
 
+    /// A source under another process's write lease (Samba's oplocks, NFS delegations): a plain open waits
+    /// until the holder gives the lease up, as cp's does. The POSIX engine's pool thread, which opens
+    /// without blocking, took the `EWOULDBLOCK` for the copy's failure (helper-54); it leaves such a file
+    /// to the caller now, whose ordinary open waits.
+    @Test func aSourceUnderALeaseIsLeftToTheCallerOnThePOSIXEngine() async throws {
+        let dir = TemporaryDirectory()
+        defer { dir.cleanup() }
+        let bytes = Array("leased".utf8)
+        writeFile(dir.file("src"), bytes)
+        let holder = open(dir.file("src"), O_RDONLY | O_CLOEXEC)
+        defer { close(holder) }
+        // The lease's break is signalled to its holder, this process: SIGURG, which is ignored by default,
+        // instead of SIGIO, which would end it.
+        #expect(fcntl(holder, setSignal, SIGURG) == 0)
+        // A write lease needs the file's owner (this process made it) and no other descriptor open on it.
+        try #require(fcntl(holder, setLease, CInt(F_WRLCK)) == 0)
+        defer { _ = fcntl(holder, setLease, CInt(F_UNLCK)) }
+        try await withEngine(.posix) { engine in
+            let outcome = await copy(engine, dir.file("src"), dir.file("dst"), length: bytes.count)
+            #expect(outcome == .notStarted)
+            #expect(access(dir.file("dst"), F_OK) != 0)
+        }
+    }
+
     @Test(arguments: EngineKind.allCases)
     func aMissingSourceCreatesNothing(kind: EngineKind) async throws {
         let dir = TemporaryDirectory()
@@ -468,6 +492,10 @@ private func readFile(_ path: String) -> [UInt8] {
         bytes += chunk[0..<n]
     }
 }
+
+/// `F_SETLEASE` and `F_SETSIG` (`_GNU_SOURCE`, which the Glibc module leaves out).
+private let setLease: CInt = 1024
+private let setSignal: CInt = 10
 
 /// Whether the running kernel's release (`uname -r`) is at least `major.minor`.
 private func kernelIsAtLeast(_ major: Int, _ minor: Int) -> Bool {

@@ -408,14 +408,20 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     ///
     /// The source is opened without blocking and must be a regular file: a FIFO put in its place since the
     /// caller's `statx` would otherwise hold this thread until a writer came, and shutdown with it. Any
-    /// other kind is left to the caller (`.notStarted`). The destination is one to create (`O_EXCL`: see
-    /// `IOEngine.copyFile`), so its open cannot wait either.
+    /// other kind is left to the caller (`.notStarted`), and so is a source whose open would wait: one
+    /// under another process's write lease (`F_SETLEASE`; Samba's oplocks, NFS delegations) answers
+    /// `EWOULDBLOCK` where a plain open waits for the lease to be given up, as cp's does (helper-54). The
+    /// destination is one to create (`O_EXCL`: see `IOEngine.copyFile`), so its open cannot wait for a
+    /// peer either. A copy that has started runs to its end: shutdown waits for it, as for any request
+    /// in its system call (a hung network file system holds it).
     private static func copyWhole(_ copy: LinkedCopy, through buffer: UnsafeMutableRawBufferPointer) -> FileCopyOutcome
     {
         let source = retryingOnInterrupt {
             openat(copy.sourceDirectory, copy.source.pointer, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)
         }
-        guard source >= 0 else { return .failed(.openSource, Errno(rawValue: errno)) }
+        guard source >= 0 else {
+            return errno == EWOULDBLOCK ? .notStarted : .failed(.openSource, Errno(rawValue: errno))
+        }
         var status = stat()
         // Clearing O_NONBLOCK again (F_SETFL 0) leaves the descriptor as an ordinary open's, for the reads
         // and for a caller that keeps it.
@@ -934,7 +940,8 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     }
 }
 
-/// A pool thread's buffer for whole-file copies, made at its first one: the pool's four hold 512 KiB at most.
+/// A pool thread's buffer for whole-file copies, made at its first one: 128 KiB for each of the pool's four
+/// threads (and for a thread that replaced one given up in an open, beside the old one's, until it ends).
 private final class CopyScratch {
     /// cp's buffer size.
     static let size = 128 << 10
