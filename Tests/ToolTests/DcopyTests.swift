@@ -131,7 +131,7 @@ struct DcopyTests {
     // Peak RSS stays under the 16 MiB when files of up to 1 MiB, each copied whole, are copied 64 at
     // a time. On the POSIX engine such a copy ran as separate steps through a buffer of the file's size, and
     // `dcopy -r` of 1,000 files of 1 MiB peaked at 71 MiB, of these 81 at 68. Each runs on one pool thread
-    // through its 128 KiB buffer now: 6.2 and 5.5 MiB. (io_uring splices them through the engine's pipes:
+    // through its 128 KiB buffer now: 6.1 and 5.5 MiB. (io_uring splices them through the engine's pipes:
     // 5.6 and 5.0.) The release build's tools, which the promise is about.
     @Test(
         .enabled(if: Tools.areStatic, "the release build's tools"),
