@@ -398,6 +398,21 @@ struct DcopyTests {
             )
             #expect(several.theirs.text == "153\n153\n")
             #expect(several.ours.text == several.theirs.text)
+            // A file of up to 1 MiB to a new name is copied in one step (io_uring's linked chain; on the
+            // POSIX engine one pool thread's system calls, whose write reports EFBIG itself): the run ends
+            // the same way, the copy cut at the limit.
+            let small = try both(
+                scratch,
+                setup: "head -c 200000 ../rand > s",
+                """
+                for e in uring posix; do
+                    (ulimit -f 100; DISPATCH_ENGINE=$e env --default-signal=XFSZ %cp s small$e) 2> /dev/null
+                    echo $? $(stat -c %s small$e); cmp small$e s 2>&1 | grep -q EOF || echo not a prefix
+                done
+                """
+            )
+            #expect(small.theirs.text == "153 102400\n153 102400\n")
+            #expect(small.ours.text == small.theirs.text)
         }
     }
 
