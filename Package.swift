@@ -111,7 +111,7 @@ let package = Package(
         // Runs the dcat and dcopy binaries that `swift build --build-tests` puts next to the test bundle
         // (it builds every product); it does not link them, so their static runtime stays out of it.
         .testTarget(name: "ToolTests"),
-        .testTarget(name: "ToolSupportTests", dependencies: ["ToolSupport"]),
+        .testTarget(name: "ToolSupportTests", dependencies: ["ToolSupport", "CGlibcExtras"]),
     ]
 )
 

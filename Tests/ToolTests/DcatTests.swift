@@ -622,6 +622,63 @@ struct DcatTests {
         }
     }
 
+    /// A cgroup file: its size says 0 and it holds bytes, on a file system that is neither the kernel's
+    /// made-as-read ones nor one whose sizes are lengths. Nil where no cgroup file system is mounted.
+    static let cgroupFile: String? = [
+        "/sys/fs/cgroup/cgroup.max.depth", "/sys/fs/cgroup/unified/cgroup.max.depth",
+        "/sys/fs/cgroup/cpu/cpu.shares", "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ].first { path in
+        var info = stat()
+        var bytes = [UInt8](repeating: 0, count: 16)
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        return fstat(fd, &info) == 0 && info.st_size == 0 && read(fd, &bytes, bytes.count) > 0
+    }
+
+    // An empty file at its turn, on tmpfs or ext4, is done without a read (its size is its length); one
+    // whose size says 0 on another file system is read to its end, and here has bytes: a build that trusted
+    // every size of 0 printed nothing for it. Alone, first and between other files.
+    @Test(.enabled(if: cgroupFile != nil))
+    func aFileWhoseSizeSaysEmptyOnAnotherFileSystemIsRead() throws {
+        let file = try #require(Self.cgroupFile)
+        try inScratch { scratch in
+            for operands in [file, "\(file) $FIX/text/hello.txt", "$FIX/text/hello.txt \(file) \(file)"] {
+                let (cat, dcat) = try both(scratch, operands)
+                #expect(dcat.status == 0)
+                #expect(!dcat.stdout.isEmpty)
+                #expect(dcat == cat)
+            }
+        }
+    }
+
+    // An empty file opened at its turn, on tmpfs when there is one: nothing out, status 0, on each engine;
+    // so from standard input; and an empty file named many times among others.
+    @Test func emptyFilesAtTheirTurn() throws {
+        try inScratch { scratch in
+            let place = FileManager.default.isWritableFile(atPath: "/dev/shm") ? "/dev/shm" : scratch.path
+            let empty = "\(place)/dcat-empty-\(getpid())"
+            defer { unlink(empty) }
+            let outcome = try scratch.run(
+                """
+                : > \(empty); printf x > one
+                for engine in uring posix; do
+                    DISPATCH_ENGINE=$engine "$DCAT" \(empty) | od -c; echo "$engine ${PIPESTATUS[0]}"
+                    DISPATCH_ENGINE=$engine "$DCAT" < \(empty) | od -c; echo "$engine ${PIPESTATUS[0]}"
+                    DISPATCH_ENGINE=$engine "$DCAT" \(empty) one \(empty) one \(empty); echo " $engine $?"
+                    # More than the run's 16 descriptors: each empty one's place is given back.
+                    set -- $(for i in $(seq 40); do echo \(empty); done)
+                    DISPATCH_ENGINE=$engine timeout -s KILL 10 "$DCAT" "$@" one "$@"; echo " $engine $?"
+                done
+                """
+            )
+            #expect(
+                outcome.text == "0000000\nuring 0\n0000000\nuring 0\nxx uring 0\nx uring 0\n"
+                    + "0000000\nposix 0\n0000000\nposix 0\nxx posix 0\nx posix 0\n"
+            )
+        }
+    }
+
     @Test func devNullIsEmpty() throws {
         try inScratch { scratch in
             let (cat, dcat) = try both(scratch, "/dev/null")
