@@ -679,6 +679,40 @@ struct DcatTests {
         }
     }
 
+    // A read that finds nothing still marks an empty file accessed, by the mount's rule (relatime here:
+    // when the access time is not after the last change, or is a day old). dcat leaves out the read of an
+    // empty file at its turn only where it would not, so each read moves the access time where cat's does:
+    // a build that never read such a file left it two days behind. On tmpfs and on the scratch directory's
+    // file system; an old access time, one just moved by a read, and an old one after another file.
+    @Test func anEmptyFileIsMarkedAccessedAsByCat() throws {
+        try inScratch { scratch in
+            var places = [scratch.path]
+            if FileManager.default.isWritableFile(atPath: "/dev/shm") { places.append("/dev/shm") }
+            for place in places {
+                let (theirs, ours) = ("\(place)/dcat-atime-cat-\(getpid())", "\(place)/dcat-atime-dcat-\(getpid())")
+                defer {
+                    unlink(theirs)
+                    unlink(ours)
+                }
+                let outcome = try scratch.run(
+                    """
+                    readBoth() {
+                        a=$(stat -c %x \(theirs)); b=$(stat -c %x \(ours))
+                        cat "$@" \(theirs) > /dev/null; "$DCAT" "$@" \(ours) > /dev/null
+                        echo "$([ "$(stat -c %x \(theirs))" != "$a" ] && echo 1 || echo 0)" \\
+                            "$([ "$(stat -c %x \(ours))" != "$b" ] && echo 1 || echo 0)"
+                    }
+                    : > \(theirs); : > \(ours); touch -a -d '2 days ago' \(theirs) \(ours)
+                    readBoth; readBoth
+                    touch -a -d '2 days ago' \(theirs) \(ours)
+                    readBoth $FIX/text/hello.txt
+                    """
+                )
+                #expect(outcome.text == "1 1\n0 0\n1 1\n", "\(place): \(outcome)")
+            }
+        }
+    }
+
     @Test func devNullIsEmpty() throws {
         try inScratch { scratch in
             let (cat, dcat) = try both(scratch, "/dev/null")
