@@ -15,7 +15,8 @@ package enum FileSizeMeaning: Sendable, Equatable {
     case madeAsRead
     /// A local file system that keeps each file's length as its size: tmpfs, ramfs, ext2–4, xfs, btrfs or
     /// f2fs. A read at the size finds nothing, so a file whose size is 0 has nothing to read at that
-    /// moment.
+    /// moment (a read through a descriptor open for reading still finds its end, and marks the file
+    /// accessed: see ``FileSystemFacts/readKeepsAccessTime(_:now:)``).
     case length
     /// Any other file system (FUSE, NFS, overlayfs, cgroupfs, securityfs, ...), or one that cannot be
     /// told: the size may be stale or say 0 for a file that has bytes, and only reading to the end tells.

@@ -340,17 +340,19 @@ final class Concatenator: @unchecked Sendable {
             // 0.14 ms of a 0.98 ms run on an empty tmpfs file. Otherwise it reads, as cat does. The status
             // is taken again at that turn, as cat's read would see it, and so is that of a file that waited
             // above (standard output's may have grown). An empty file opened ahead, behind writes still under
-            // way, is read as any other: it may grow before its turn.
+            // way, is read as any other: it may grow before its turn. So is standard input, which may be open
+            // for writing only (`0>>empty`), where cat's read fails with EBADF (helper-55); dcat opens the
+            // others for reading.
             let atItsTurn = alone || (info.st_size == 0 && files.isIdle)
             var size = info
             if !atItsTurn || fstat(fd, &size) != 0 { size = info }
             let system = size.st_size == 0 ? FileSystemFacts(fd) : nil
             let meaning = system?.sizeMeaning ?? .unknown
-            if atItsTurn, meaning == .length, let system, system.readKeepsAccessTime(size, now: wallClock()) {
-                if ownsDescriptor {
-                    Glibc.close(fd)
-                    files.releaseDescriptor()
-                }
+            if ownsDescriptor && atItsTurn, meaning == .length, let system,
+                system.readKeepsAccessTime(size, now: wallClock())
+            {
+                Glibc.close(fd)
+                files.releaseDescriptor()
                 return
             }
             // The kernel's own files say they are empty and are made as they are read, and some wait for more
