@@ -23,11 +23,6 @@ package enum FileSizeMeaning: Sendable, Equatable {
     case unknown
 }
 
-/// What the size of the file open on `fd` means (see ``FileSizeMeaning``).
-package func fileSizeMeaning(_ fd: CInt) -> FileSizeMeaning {
-    FileSystemFacts(fd).sizeMeaning
-}
-
 /// What the file system of an open file says about reading it, from one `fstatfs`.
 package struct FileSystemFacts: Sendable {
     /// What the file's size means.
@@ -53,33 +48,29 @@ package struct FileSystemFacts: Sendable {
         self.mountFlags = mountFlags
     }
 
-    /// Whether a read of the file now would leave its access time as it is. A read that finds nothing
-    /// still marks the file accessed (`file_accessed`, even at the end of the file), as the mount's rule
-    /// has it: never on a read-only or `noatime` mount; on a `relatime` one (the default) only when the
-    /// access time is not after the modification or change time, or is a day old; always otherwise
-    /// (`strictatime`). `info` is the file's status, `now` the wall clock. Within a second of the day's
-    /// end, and for a mount whose flags are unknown, it says the read would change it, so that a caller
-    /// that leaves out a read only when this is true never leaves the time behind where the read would
-    /// have moved it. (A file marked `chattr +A`, which never changes its access time, is not told.)
-    package func readKeepsAccessTime(_ info: stat, now: timespec) -> Bool {
+    /// Whether a read of the file now would leave its access time as it is. A read that finds nothing still marks
+    /// the file accessed (`file_accessed`, even at the end of the file), as the mount's rule has it: never on a
+    /// read-only or `noatime` mount; on a `relatime` one (the default) only when the access time is not after the
+    /// modification or change time, or is a day old; always otherwise (`strictatime`). `info` is the file's
+    /// status, `now` the wall clock (read when not given). Within a second of the day's end, and for a mount
+    /// whose flags are unknown, it says the read would change it, so that a caller that leaves out a read only
+    /// when this is true never leaves the time behind where the read would have moved it. (A file marked `chattr
+    /// +A`, which never changes its access time, is not told.)
+    package func readKeepsAccessTime(_ info: stat, now: timespec? = nil) -> Bool {
         guard let flags = mountFlags else { return false }
         let (readOnly, noAccessTime, relative) = (0x1, 0x400, 0x1000)
         if flags & (readOnly | noAccessTime) != 0 { return true }
         guard flags & relative != 0 else { return false }
         func after(_ a: timespec, _ b: timespec) -> Bool { (a.tv_sec, a.tv_nsec) > (b.tv_sec, b.tv_nsec) }
         let day = 24 * 60 * 60
+        let now = now ?? wallClock()
         return after(info.st_atim, info.st_mtim) && after(info.st_atim, info.st_ctim)
             && now.tv_sec - info.st_atim.tv_sec < day - 1
     }
 }
 
-/// Whether `fd` lies on a file system whose files the kernel makes as they are read
+/// Whether the file at `path` lies on a file system whose files the kernel makes as they are read
 /// (``FileSizeMeaning/madeAsRead``). False when the file system cannot be told.
-package func isKernelMadeFile(_ fd: CInt) -> Bool {
-    fileSizeMeaning(fd) == .madeAsRead
-}
-
-/// As ``isKernelMadeFile(_:)``, for the file at `path`.
 package func isKernelMadeFile(atPath path: UnsafePointer<CChar>) -> Bool {
     var system = statfs()
     return statfs(path, &system) == 0 && meaning(of: system) == .madeAsRead
@@ -104,4 +95,11 @@ private func meaning(of system: statfs) -> FileSizeMeaning {
     default:
         return .unknown
     }
+}
+
+/// The wall clock's time now.
+private func wallClock() -> timespec {
+    var now = timespec()
+    clock_gettime(CLOCK_REALTIME, &now)
+    return now
 }

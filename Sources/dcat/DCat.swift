@@ -125,13 +125,6 @@ private let piece = 512 << 10
 /// windows in 512 KiB pieces at 9.0–9.3, as fast in alternating runs (with 512 KiB pooled buffers: 8.0–8.6).
 private let streamWindow = 1 << 20
 
-/// The wall clock's time now.
-private func wallClock() -> timespec {
-    var now = timespec()
-    clock_gettime(CLOCK_REALTIME, &now)
-    return now
-}
-
 /// Whether `fd` is a socket of type `SOCK_STREAM` (or its type cannot be read).
 private func isStreamSocket(_ fd: CInt) -> Bool {
     var type: CInt = 0
@@ -348,9 +341,7 @@ final class Concatenator: @unchecked Sendable {
             if !atItsTurn || fstat(fd, &size) != 0 { size = info }
             let system = size.st_size == 0 ? FileSystemFacts(fd) : nil
             let meaning = system?.sizeMeaning ?? .unknown
-            if ownsDescriptor && atItsTurn, meaning == .length, let system,
-                system.readKeepsAccessTime(size, now: wallClock())
-            {
+            if ownsDescriptor && atItsTurn, meaning == .length, let system, system.readKeepsAccessTime(size) {
                 Glibc.close(fd)
                 files.releaseDescriptor()
                 return

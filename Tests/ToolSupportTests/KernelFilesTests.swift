@@ -6,14 +6,14 @@ import ToolSupport
 import Glibc
 #endif
 
-/// dcat reads the kernel's own files as streams, as they are made (see `isKernelMadeFile`).
+/// dcat reads the kernel's own files as streams, as they are made (see `FileSizeMeaning.madeAsRead`).
 struct KernelFilesTests {
     @Test(arguments: ["/proc/version", "/sys/devices/system/cpu/online"])
     func theKernelsOwnFilesAreTold(path: String) throws {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         try #require(fd >= 0, "\(path) cannot be opened here")
         defer { close(fd) }
-        #expect(isKernelMadeFile(fd))
+        #expect(FileSystemFacts(fd).sizeMeaning == .madeAsRead)
     }
 
     @Test func anOrdinaryFileIsNot() throws {
@@ -24,9 +24,8 @@ struct KernelFilesTests {
             close(fd)
             template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
         }
-        #expect(!isKernelMadeFile(fd))
-        #expect(!isKernelMadeFile(-1))
-        #expect(fileSizeMeaning(-1) == .unknown)
+        #expect(FileSystemFacts(fd).sizeMeaning != .madeAsRead)
+        #expect(FileSystemFacts(-1).sizeMeaning == .unknown)
     }
 
     /// dcat does without the read of an empty file at its turn only where the size is the length.
@@ -38,18 +37,18 @@ struct KernelFilesTests {
             let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
             try #require(fd >= 0)
             template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
-            #expect(fileSizeMeaning(fd) == .length)
+            #expect(FileSystemFacts(fd).sizeMeaning == .length)
             close(fd)
         }
         if shm >= 0 { close(shm) }
         var ends: [CInt] = [-1, -1]
         try #require(pipe(&ends) == 0)
         defer { for end in ends { close(end) } }
-        #expect(fileSizeMeaning(ends[0]) == .unknown)
+        #expect(FileSystemFacts(ends[0]).sizeMeaning == .unknown)
         let version = open("/proc/version", O_RDONLY | O_CLOEXEC)
         try #require(version >= 0)
         defer { close(version) }
-        #expect(fileSizeMeaning(version) == .madeAsRead)
+        #expect(FileSystemFacts(version).sizeMeaning == .madeAsRead)
     }
 
     /// A read that finds nothing still marks the file accessed, by the mount's rule; dcat leaves out the
