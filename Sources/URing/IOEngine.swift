@@ -593,10 +593,8 @@ private final class StepwiseCopy: @unchecked Sendable {
         self.engine = engine
         self.copy = copy
         self.handler = handler
-        buffer = .allocate(byteCount: min(max(copy.length, 1), Self.pieceLimit), alignment: 4096)
+        buffer = .allocate(byteCount: min(max(copy.length, 1), LinkedCopy.pieceSize), alignment: 4096)
     }
-
-    static let pieceLimit = 128 << 10
 
     deinit { buffer.deallocate() }
 

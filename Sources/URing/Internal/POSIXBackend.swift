@@ -943,13 +943,11 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
 /// A pool thread's buffer for whole-file copies, made at its first one: 128 KiB for each of the pool's four
 /// threads (and for a thread that replaced one given up in an open, beside the old one's, until it ends).
 private final class CopyScratch {
-    /// cp's buffer size.
-    static let size = 128 << 10
     private var storage: UnsafeMutableRawBufferPointer?
 
     var buffer: UnsafeMutableRawBufferPointer {
         if let storage { return storage }
-        let made = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.size, alignment: 4096)
+        let made = UnsafeMutableRawBufferPointer.allocate(byteCount: LinkedCopy.pieceSize, alignment: 4096)
         storage = made
         return made
     }

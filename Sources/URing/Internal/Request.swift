@@ -271,6 +271,10 @@ final class LinkedCopy: @unchecked Sendable {
 
     deinit { probe.deallocate() }
 
+    /// The most bytes a copy moves at once through a buffer of this process, where it cannot splice
+    /// (separate operations, or the POSIX engine's pool thread): cp's buffer size.
+    static let pieceSize = 128 << 10
+
     /// Where the probe reads, after the bytes are moved: the last byte expected and the one after it, so
     /// that a source that grew gives 2 bytes and one that shrank gives none (an empty file's probe reads one
     /// byte at 0). A shrunk source was not noticed: a truncation zeroes the rest of the last page in the
