@@ -333,14 +333,29 @@ struct PendingFile {
     let inUse: FileInUse
     /// Both files' status, when the walker has just taken them.
     var known: KnownStatus?
+    /// How many copies into existing files had ended when the walker took `known` (see ``FilesInUse``).
+    var overwritesBefore = 0
 
-    /// The file as the backlog keeps it: a copy that starts later takes both statuses itself when it starts,
-    /// as cp takes them just before it copies. With the walker's, a copy queued behind a FIFO that waited
-    /// for its writer found its destination as it had been: `d/f`, made a link to its source `f` in the
-    /// meantime, was opened with O_TRUNC and the source emptied, with status 0 (helper-47).
-    var withoutKnownStatus: PendingFile {
+    /// The file as the backlog keeps it. A copy that starts later takes both statuses itself when it
+    /// starts, as cp takes them just before it copies. With the walker's, a copy queued behind a FIFO that
+    /// waited for its writer found its destination as it had been: `d/f`, made a link to its source `f` in
+    /// the meantime, was opened with O_TRUNC and the source emptied, with status 0 (helper-47).
+    ///
+    /// Except where a status out of date can change nothing: a small regular source with bytes in it, going
+    /// to a destination that was not there. Its copy is one linked submission whose exclusive create fails
+    /// if anything has been made at the destination since (the copy then takes both statuses again: see
+    /// ``KnownStatus/takenEarlier``), and whose probe finds a source whose size has changed. Not with `-p`,
+    /// whose times must be those of the bytes copied, nor with `-v`, whose line cp prints only for a copy
+    /// it goes on with. Ten thousand files named on the command line, which mostly wait here, each took two
+    /// `statx` more through the ring without this.
+    func queued(keepingSafeStatus: Bool) -> PendingFile {
         var file = self
-        file.known = nil
+        file.known = known.flatMap { known in
+            guard keepingSafeStatus, case .failure(.noSuchFileOrDirectory) = known.destination,
+                known.source.size > 0, FileCopy.fitsOneSubmission(known.source)
+            else { return nil }
+            return KnownStatus(source: known.source, destination: known.destination, takenEarlier: true)
+        }
         return file
     }
 }
@@ -375,6 +390,9 @@ struct ResolvedParent {
 struct KnownStatus: Sendable {
     let source: FileStatus
     let destination: Result<FileStatus, Errno>
+    /// The copy waited in the backlog before it started, so something may have been made at the
+    /// destination since: an exclusive create that finds it sends the copy back to take both statuses.
+    var takenEarlier = false
 }
 
 extension PathName {
@@ -1059,14 +1077,15 @@ final class Copier: @unchecked Sendable {
             destinationIsNew: destinationIsNew,
             place: messages.reserve(),
             inUse: inUse,
-            known: known
+            known: known,
+            overwritesBefore: overwritesNow
         )
         let (startNow, mustWait) = files.withLock { backlog -> (Bool, Bool) in
             if backlog.running < Limits.files {
                 backlog.running += 1
                 return (true, false)
             }
-            backlog.queue.append(file.withoutKnownStatus)
+            backlog.queue.append(file.queued(keepingSafeStatus: !options.preserve && !options.verbose))
             backlog.walkerWaits = backlog.waiting >= Limits.backlog
             return (false, backlog.walkerWaits)
         }
@@ -1075,6 +1094,11 @@ final class Copier: @unchecked Sendable {
     }
 
     private func begin(_ file: PendingFile) {
+        var known = file.known
+        // A copy into an existing file ended while this one waited: it may have written this source.
+        if known?.takenEarlier == true && inUse.withLock({ $0.overwritesEnded }) != file.overwritesBefore {
+            known = nil
+        }
         FileCopy(
             copier: self,
             source: file.source,
@@ -1082,7 +1106,7 @@ final class Copier: @unchecked Sendable {
             location: file.location,
             destinationIsNew: file.destinationIsNew,
             place: file.place,
-            known: file.known
+            known: known
         ) { [self] in
             inUse.withLock { $0.remove(file.inUse) }
             fileEnded()

@@ -64,6 +64,8 @@ final class FileCopy: @unchecked Sendable {
     private var createdDestination = false
     /// The size from `statx` is not to be trusted: a whole-file copy found the source's size changed.
     private var readToEnd = false
+    /// The walker's statuses were found out of date, and taken again (see ``KnownStatus/takenEarlier``).
+    private var retook = false
     /// Where the destination's written bytes stop being a prefix of the source: the lowest offset a chunk
     /// failed to read or write from. Chunks run at once, so later ones may be written past it.
     private var failedFrom: Int64?
@@ -116,6 +118,11 @@ final class FileCopy: @unchecked Sendable {
             }
             return open()
         }
+        takeStatuses()
+    }
+
+    /// Takes the statuses the copy starts from through the ring, then opens.
+    private func takeStatuses() {
         if destinationIsNew {
             lock.withLock { destinationInfo = .failure(.noSuchFileOrDirectory) }
             // The source's status is all there is to wait for: open from its completion, without a hop
@@ -214,11 +221,15 @@ final class FileCopy: @unchecked Sendable {
     /// (procfs, sysfs, tracefs, debugfs), which goes through channels from the start: `trace_pipe` and
     /// `/proc/kmsg` give each byte once, and the probe's would be lost (helper-40).
     private func copiesWhole(_ info: FileStatus) -> Bool {
-        guard
-            info.isRegularFile && info.size >= 0 && info.size <= IOChannel.smallFileLimit
-                && Int64(info.blocks) * 512 >= info.size
-        else { return false }
+        guard Self.fitsOneSubmission(info) else { return false }
         return info.size > 0 || !isKernelMadeFile(atPath: source.cString)
+    }
+
+    /// A small regular file without holes, which ``copiesWhole(_:)`` takes unless it is an empty kernel's
+    /// file (which is read to its end through channels, whatever its status said).
+    static func fitsOneSubmission(_ info: FileStatus) -> Bool {
+        info.isRegularFile && info.size >= 0 && info.size <= IOChannel.smallFileLimit
+            && Int64(info.blocks) * 512 >= info.size
     }
 
     /// Copies a small file in one submission; the steps and the messages are the channel path's.
@@ -250,6 +261,8 @@ final class FileCopy: @unchecked Sendable {
                 // `fchown` and the rest are system calls that can block, and this runs on the ring thread.
                 queue.async { [self] in finish() }
             case .notStarted:
+                // A size the walker took before the copy waited may be out of date: read to the end.
+                if known?.takenEarlier == true { lock.withLock { readToEnd = true } }
                 openSource(info, existed: false)
             case .incomplete:
                 // The source changed size since its statx, or cannot be spliced: copy it again through
@@ -262,6 +275,12 @@ final class FileCopy: @unchecked Sendable {
                     lock.withLock { readToEnd = true }
                     openSource(info, existed: false)
                 }
+            case .failed(let step, _) where (step == .openSource || step == .openDestination) && retakesStatuses():
+                // Nothing was written. The files may have changed while the copy waited with the walker's
+                // statuses (a destination made, a source removed): they are taken again, as cp takes them
+                // just before it opens, and the copy goes on from them (a link made to the source is then
+                // the same file, and a source gone gives cp's `cannot stat`).
+                queue.async { [self] in takeStatuses() }
             case .failed(let step, let failure):
                 // cp dies of SIGXFSZ past `ulimit -f`, and of SIGPIPE writing a FIFO without reader, with
                 // no message.
@@ -271,6 +290,18 @@ final class FileCopy: @unchecked Sendable {
                     completion()
                 }
             }
+        }
+    }
+
+    /// Whether a copy that could not open its files takes their statuses again: once, where they are the
+    /// walker's, taken before the copy waited in the backlog (see ``KnownStatus/takenEarlier``).
+    private func retakesStatuses() -> Bool {
+        lock.withLock {
+            guard known?.takenEarlier == true && !retook else { return false }
+            retook = true
+            sourceInfo = nil
+            destinationInfo = nil
+            return true
         }
     }
 
