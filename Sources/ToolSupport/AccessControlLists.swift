@@ -31,6 +31,12 @@ package enum AttributeTarget {
     }
 }
 
+/// Whether `target` has a POSIX ACL: its access ACL, or with `isDefault`, a directory's default ACL (which
+/// the files made in it take). False where the file system has none.
+package func hasAccessControlList(_ target: AttributeTarget, isDefault: Bool = false) -> Bool {
+    target.get(isDefault ? "system.posix_acl_default" : "system.posix_acl_access", nil, 0) > 0
+}
+
 /// Gives `destination` the POSIX ACLs of `source`, as cp -p does, before its mode is set: the access ACL,
 /// and a directory's default ACL. Where the source has none, the destination's are removed, so that an ACL
 /// inherited from the destination's parent does not grant what the source's mode does not. Returns the

@@ -204,6 +204,14 @@ struct FileLocation: Sendable {
     /// The directories, held open as long as this location is.
     let directories: DirectoryPair?
     let name: PathName
+    /// With `-p`, where the destination's directory was made by this run, so that until the run ends no
+    /// one but its owner may enter it (`-p` makes it without the group's and others' bits), and has no
+    /// default ACL, so that a file made in it has none: the owner and group such a file gets, the
+    /// directory's own (a new file takes the directory's group where it is set-group-ID, and otherwise
+    /// the process's, which the directory took too). Such a file, made by the exclusive create, is still
+    /// the copy's own when the copy has closed it: its `-p` metadata is set by its name in the directory's
+    /// descriptor, and the copy need not keep both files open for it (see `FileCopy.setsMetadataByName`).
+    var privateDestination: FileOwner?
 
     /// The source: a directory descriptor (`AT_FDCWD` without a pair) and the path relative to it.
     func source(_ path: PathName) -> (CInt, FilePath) {
@@ -216,6 +224,12 @@ struct FileLocation: Sendable {
 
     /// A file named by its paths alone.
     static let paths = FileLocation(directories: nil, name: "")
+}
+
+/// A file's owner and group.
+struct FileOwner: Sendable, Equatable {
+    let user: uid_t
+    let group: gid_t
 }
 
 /// cp's refusal to copy a file onto itself: the destination is the source by another name (a hard link,
@@ -809,6 +823,7 @@ final class Copier: @unchecked Sendable {
         }
         var existing = stat()
         var made = false
+        var madeOwner: FileOwner?
         var inherited: mode_t = 0
         // A copy under way that makes this name as a file (spelled otherwise: `e/./d` for `e/d`) ends
         // first, as in cp's order; the mkdir raced its exclusive create, and the message depended on which
@@ -840,6 +855,7 @@ final class Copier: @unchecked Sendable {
             var new = stat()
             let madeFound = lstat(destination.cString, &new) == 0
             if madeFound && new.st_dev == info.st_dev { madeDirectories.insert(FileID(new)) }
+            if madeFound { madeOwner = FileOwner(user: new.st_uid, group: new.st_gid) }
             announce(source, destination)
             let restricted = info.st_mode & S_IRWXU != S_IRWXU
             let writableByOthers = info.st_mode & omitted & ~umaskAtStart != 0
@@ -873,6 +889,9 @@ final class Copier: @unchecked Sendable {
         // Opened for the first regular file, and let go once the walk has left this directory and every
         // file in it has been copied.
         var directories: DirectoryPair??
+        let privateDestination =
+            made && options.preserve && madeOwner != nil && !hasAccessControlList(.path(destination), isDefault: true)
+            ? madeOwner : nil
         for (name, isRegular, inode) in entries {
             let from = source.appending(name)
             let to = destination.appending(name)
@@ -880,7 +899,11 @@ final class Copier: @unchecked Sendable {
                 if directories == nil { directories = DirectoryPair.open(source, destination) }
                 // The directory entry already says it is a regular file, and the copy takes its status
                 // through the ring: no lstat here (a file replaced meanwhile is copied as what it is now).
-                let location = FileLocation(directories: directories ?? nil, name: name)
+                let location = FileLocation(
+                    directories: directories ?? nil,
+                    name: name,
+                    privateDestination: privateDestination
+                )
                 let file = FileID(device: info.st_dev, inode: ino_t(inode))
                 startFile(from, to: to, location: location, destinationIsNew: made, sourceFile: file)
             } else {
