@@ -358,14 +358,14 @@ struct PendingFile {
     /// Except where a status out of date can change nothing: a small regular source with bytes in it, going
     /// to a destination that was not there. Its copy is one linked submission whose exclusive create fails
     /// if anything has been made at the destination since (the copy then takes both statuses again: see
-    /// ``KnownStatus/takenEarlier``), and whose probe finds a source whose size has changed. Not with `-p`,
-    /// whose times must be those of the bytes copied, nor with `-v`, whose line cp prints only for a copy
-    /// it goes on with. Ten thousand files named on the command line, which mostly wait here, each took two
-    /// `statx` more through the ring without this.
-    func queued(keepingSafeStatus: Bool) -> PendingFile {
+    /// ``KnownStatus/takenEarlier``), and whose probe finds a source whose size has changed. With `-p` the
+    /// times and mode are then the open source's (`fstat`), and with `-v` the line waits for the first
+    /// attempt, which cp's would follow. Ten thousand files named on the command line, which mostly wait
+    /// here, each took two `statx` more through the ring without this.
+    var queued: PendingFile {
         var file = self
         file.known = known.flatMap { known in
-            guard keepingSafeStatus, case .failure(.noSuchFileOrDirectory) = known.destination,
+            guard case .failure(.noSuchFileOrDirectory) = known.destination,
                 known.source.size > 0, FileCopy.fitsOneSubmission(known.source)
             else { return nil }
             return KnownStatus(source: known.source, destination: known.destination, takenEarlier: true)
@@ -1108,7 +1108,7 @@ final class Copier: @unchecked Sendable {
                 backlog.running += 1
                 return (true, false)
             }
-            backlog.queue.append(file.queued(keepingSafeStatus: !options.preserve && !options.verbose))
+            backlog.queue.append(file.queued)
             backlog.walkerWaits = backlog.waiting >= Limits.backlog
             return (false, backlog.walkerWaits)
         }

@@ -66,6 +66,8 @@ final class FileCopy: @unchecked Sendable {
     private var readToEnd = false
     /// The walker's statuses were found out of date, and taken again (see ``KnownStatus/takenEarlier``).
     private var retook = false
+    /// The `-v` line waits for the first attempt's outcome (see ``open(onQueue:)``).
+    private var announcementDeferred = false
     /// Where the destination's written bytes stop being a prefix of the source: the lowest offset a chunk
     /// failed to read or write from. Chunks run at once, so later ones may be written past it.
     private var failedFrom: Int64?
@@ -188,7 +190,14 @@ final class FileCopy: @unchecked Sendable {
         if !onQueue && !existed && info.isRegularFile && info.size == 0 {
             return queue.async { [self] in open(onQueue: true) }
         }
-        copier.fileAnnounced(place, source: source, destination: destination)
+        // From the walker's statuses taken before the copy waited, the `-v` line waits for the first attempt:
+        // cp prints it only for a copy it goes on with, and an attempt that cannot open the files takes them
+        // again, which may end in a refusal.
+        if takesStatusesAgainOnFailure {
+            lock.withLock { announcementDeferred = true }
+        } else {
+            copier.fileAnnounced(place, source: source, destination: destination)
+        }
         if !existed && copiesWhole(info) { return copyWhole(info) }
         openSource(info, existed: existed)
     }
@@ -253,6 +262,16 @@ final class FileCopy: @unchecked Sendable {
             size: Int(info.size),
             keepOpen: copier.options.preserve && !setsMetadataByName
         ) { [self] outcome in
+            if case .failed(let step, _) = outcome, step == .openSource || step == .openDestination,
+                retakesStatuses()
+            {
+                // Nothing was written. The files may have changed while the copy waited with the walker's
+                // statuses (a destination made, a source removed): they are taken again, as cp takes them
+                // just before it opens, and the copy goes on from them (a link made to the source is then
+                // the same file, and a source gone gives cp's `cannot stat`).
+                return queue.async { [self] in takeStatuses() }
+            }
+            announceIfDeferred()
             switch outcome {
             case .copied where setsMetadataByName:
                 copier.meter?.add(Int(info.size))
@@ -291,12 +310,6 @@ final class FileCopy: @unchecked Sendable {
                     lock.withLock { readToEnd = true }
                     openSource(info, existed: false)
                 }
-            case .failed(let step, _) where (step == .openSource || step == .openDestination) && retakesStatuses():
-                // Nothing was written. The files may have changed while the copy waited with the walker's
-                // statuses (a destination made, a source removed): they are taken again, as cp takes them
-                // just before it opens, and the copy goes on from them (a link made to the source is then
-                // the same file, and a source gone gives cp's `cannot stat`).
-                queue.async { [self] in takeStatuses() }
             case .failed(let step, let failure):
                 // cp dies of SIGXFSZ past `ulimit -f`, and of SIGPIPE writing a FIFO without reader, with
                 // no message.
@@ -309,8 +322,14 @@ final class FileCopy: @unchecked Sendable {
         }
     }
 
+    /// Whether the copy runs from the walker's statuses, taken before it waited in the backlog (see
+    /// ``KnownStatus/takenEarlier``), and has not taken them again yet.
+    private var takesStatusesAgainOnFailure: Bool {
+        known?.takenEarlier == true && !lock.withLock { retook }
+    }
+
     /// Whether a copy that could not open its files takes their statuses again: once, where they are the
-    /// walker's, taken before the copy waited in the backlog (see ``KnownStatus/takenEarlier``).
+    /// walker's, taken before the copy waited in the backlog.
     private func retakesStatuses() -> Bool {
         lock.withLock {
             guard known?.takenEarlier == true && !retook else { return false }
@@ -319,6 +338,15 @@ final class FileCopy: @unchecked Sendable {
             destinationInfo = nil
             return true
         }
+    }
+
+    /// Puts the `-v` line that ``open(onQueue:)`` held back in its place, now that the copy goes on.
+    private func announceIfDeferred() {
+        let deferred = lock.withLock {
+            defer { announcementDeferred = false }
+            return announcementDeferred
+        }
+        if deferred { copier.fileAnnounced(place, source: source, destination: destination) }
     }
 
     /// The mode a new destination is made with: the source's permission bits (less the umask, which the
@@ -666,7 +694,7 @@ final class FileCopy: @unchecked Sendable {
             lock.withLock { error = message(.write, failure) }
         }
         if failure == nil && copier.options.preserve, let info = lock.withLock({ sourceInfo }) {
-            preserveMetadata(info)
+            preserveMetadata(statusForMetadata(info))
         }
         end()
     }
@@ -720,6 +748,15 @@ final class FileCopy: @unchecked Sendable {
             let failure = Errno(rawValue: errno)
             lock.withLock { error = "preserving times for \(destination.quoted): \(describe(failure))" }
         }
+    }
+
+    /// The source's status for `-p`. The walker's, taken before the copy waited, may be older than the
+    /// bytes copied (a source written meanwhile, at the same size): the open source's own is taken then,
+    /// as cp takes it.
+    private func statusForMetadata(_ info: FileStatus) -> FileStatus {
+        var status = stat()
+        guard takesStatusesAgainOnFailure, fstat(sourceFD, &status) == 0 else { return info }
+        return FileStatus(status)
     }
 
     private func changeOwner(_ owner: uid_t, _ group: gid_t, byNameIn directory: CInt?) -> Bool {
