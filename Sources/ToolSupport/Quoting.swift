@@ -34,6 +34,12 @@ enum ShellQuoting {
 
     static func quote(_ name: PathName, always: Bool, colon: Bool) -> String {
         let bytes = name.bytes
+        // Most names are plain (`src/f0001.txt`): one pass over the bytes, without decoding characters, which
+        // took half of `dcopy -v`'s time on the ring thread for 10,000 files.
+        if !bytes.isEmpty && bytes.allSatisfy({ isPlain($0) && !(colon && $0 == UInt8(ascii: ":")) }) {
+            let text = String(decoding: bytes, as: UTF8.self)
+            return always ? "'" + text + "'" : text
+        }
         let units = split(bytes)
         var needsQuotes = always || bytes.isEmpty
         // Whether the name can go between double quotes as it is: only when every character means itself
