@@ -31,10 +31,20 @@ package enum AttributeTarget {
     }
 }
 
+/// Whether a file has a POSIX ACL of one kind.
+package enum AccessControlListPresence: Equatable {
+    /// It has none, or its file system has none.
+    case absent
+    case present
+    /// The look failed with this `errno`.
+    case unknown(CInt)
+}
+
 /// Whether `target` has a POSIX ACL: its access ACL, or with `isDefault`, a directory's default ACL (which
-/// the files made in it take). False where the file system has none.
-package func hasAccessControlList(_ target: AttributeTarget, isDefault: Bool = false) -> Bool {
-    target.get(isDefault ? "system.posix_acl_default" : "system.posix_acl_access", nil, 0) > 0
+/// the files made in it take).
+package func accessControlList(of target: AttributeTarget, isDefault: Bool = false) -> AccessControlListPresence {
+    if target.get(isDefault ? "system.posix_acl_default" : "system.posix_acl_access", nil, 0) > 0 { return .present }
+    return errno == ENODATA || errno == EOPNOTSUPP ? .absent : .unknown(errno)
 }
 
 /// Gives `destination` the POSIX ACLs of `source`, as cp -p does, before its mode is set: the access ACL,

@@ -166,16 +166,21 @@ enum Limits {
 final class DirectoryPair: Sendable {
     let source: CInt
     let destination: CInt
+    /// Where the destination directory, as opened, is private (`privateDirectoryOwner`): the owner and group
+    /// of a file made in it (see ``FileLocation/privateDestination``).
+    let privateOwner: FileOwner?
     private static let count = Atomic<Int>(0)
 
-    private init(source: CInt, destination: CInt) {
+    private init(source: CInt, destination: CInt, privateOwner: FileOwner?) {
         self.source = source
         self.destination = destination
+        self.privateOwner = privateOwner
     }
 
     /// Opens both directories, or returns nil (too many pairs open, or either open failed): the files
-    /// are then named by their paths, which reach the same errors.
-    static func open(_ source: PathName, _ destination: PathName) -> DirectoryPair? {
+    /// are then named by their paths, which reach the same errors. `checkingPrivacy`: whether to look at
+    /// the destination, as opened, for ``privateOwner``.
+    static func open(_ source: PathName, _ destination: PathName, checkingPrivacy: Bool = false) -> DirectoryPair? {
         guard count.add(1, ordering: .relaxed).newValue <= Limits.openDirectories else {
             count.subtract(1, ordering: .relaxed)
             return nil
@@ -188,7 +193,11 @@ final class DirectoryPair: Sendable {
             count.subtract(1, ordering: .relaxed)
             return nil
         }
-        return DirectoryPair(source: sourceFD, destination: destinationFD)
+        // Looked at through the descriptor the copies use: the path leads where its parent says, and a
+        // parent others can write let them put their own directory there between the `mkdir` and this open
+        // (helper-57).
+        let owner = checkingPrivacy ? privateDirectoryOwner(destinationFD) : nil
+        return DirectoryPair(source: sourceFD, destination: destinationFD, privateOwner: owner)
     }
 
     deinit {
@@ -204,14 +213,14 @@ struct FileLocation: Sendable {
     /// The directories, held open as long as this location is.
     let directories: DirectoryPair?
     let name: PathName
-    /// With `-p`, where the destination's directory was made by this run, so that until the run ends no
-    /// one but its owner may enter it (`-p` makes it without the group's and others' bits), and has no
-    /// default ACL, so that a file made in it has none: the owner and group such a file gets, the
-    /// directory's own (a new file takes the directory's group where it is set-group-ID, and otherwise
-    /// the process's, which the directory took too). Such a file, made by the exclusive create, is still
-    /// the copy's own when the copy has closed it: its `-p` metadata is set by its name in the directory's
+    /// With `-p`, where the destination's directory was made by this run and, as held open, is private (see
+    /// `privateDirectoryOwner`: `-p` makes it without the group's and others' bits until the run ends, and
+    /// it has no default ACL): the owner and group a file made in it gets, the directory's own (a new
+    /// file takes the directory's group where it is set-group-ID, and otherwise the process's, which the
+    /// directory took too). Such a file, made by the exclusive create through that descriptor, is still the
+    /// copy's own when the copy has closed it: its `-p` metadata is set by its name in the directory's
     /// descriptor, and the copy need not keep both files open for it (see `FileCopy.setsMetadataByName`).
-    var privateDestination: FileOwner?
+    var privateDestination: FileOwner? { directories?.privateOwner }
 
     /// The source: a directory descriptor (`AT_FDCWD` without a pair) and the path relative to it.
     func source(_ path: PathName) -> (CInt, FilePath) {
@@ -224,12 +233,6 @@ struct FileLocation: Sendable {
 
     /// A file named by its paths alone.
     static let paths = FileLocation(directories: nil, name: "")
-}
-
-/// A file's owner and group.
-struct FileOwner: Sendable, Equatable {
-    let user: uid_t
-    let group: gid_t
 }
 
 /// cp's refusal to copy a file onto itself: the destination is the source by another name (a hard link,
@@ -823,7 +826,6 @@ final class Copier: @unchecked Sendable {
         }
         var existing = stat()
         var made = false
-        var madeOwner: FileOwner?
         var inherited: mode_t = 0
         // A copy under way that makes this name as a file (spelled otherwise: `e/./d` for `e/d`) ends
         // first, as in cp's order; the mkdir raced its exclusive create, and the message depended on which
@@ -855,7 +857,6 @@ final class Copier: @unchecked Sendable {
             var new = stat()
             let madeFound = lstat(destination.cString, &new) == 0
             if madeFound && new.st_dev == info.st_dev { madeDirectories.insert(FileID(new)) }
-            if madeFound { madeOwner = FileOwner(user: new.st_uid, group: new.st_gid) }
             announce(source, destination)
             let restricted = info.st_mode & S_IRWXU != S_IRWXU
             let writableByOthers = info.st_mode & omitted & ~umaskAtStart != 0
@@ -889,21 +890,16 @@ final class Copier: @unchecked Sendable {
         // Opened for the first regular file, and let go once the walk has left this directory and every
         // file in it has been copied.
         var directories: DirectoryPair??
-        let privateDestination =
-            made && options.preserve && madeOwner != nil && !hasAccessControlList(.path(destination), isDefault: true)
-            ? madeOwner : nil
         for (name, isRegular, inode) in entries {
             let from = source.appending(name)
             let to = destination.appending(name)
             if isRegular {
-                if directories == nil { directories = DirectoryPair.open(source, destination) }
+                if directories == nil {
+                    directories = DirectoryPair.open(source, destination, checkingPrivacy: made && options.preserve)
+                }
                 // The directory entry already says it is a regular file, and the copy takes its status
                 // through the ring: no lstat here (a file replaced meanwhile is copied as what it is now).
-                let location = FileLocation(
-                    directories: directories ?? nil,
-                    name: name,
-                    privateDestination: privateDestination
-                )
+                let location = FileLocation(directories: directories ?? nil, name: name)
                 let file = FileID(device: info.st_dev, inode: ino_t(inode))
                 startFile(from, to: to, location: location, destinationIsNew: made, sourceFile: file)
             } else {

@@ -715,13 +715,22 @@ final class FileCopy: @unchecked Sendable {
         if let directory {
             // The new file has no ACL to remove (its directory has no default ACL); a source's is set through
             // procfs's name for the directory, since there is no `fsetxattrat`. Rare: an ACL on every file.
-            if hasAccessControlList(.path(source)) {
+            switch accessControlList(of: .path(source)) {
+            case .absent:
+                break
+            case .present:
                 let target = PathName("/proc/self/fd/\(directory)").appending(name)
                 permissionsFailure = preserveAccessControlLists(
                     from: .path(source),
                     to: .path(target),
                     isDirectory: false
                 ).map { Errno(rawValue: $0) }
+            case .unknown(let failure):
+                // (The source gone since its copy.) Its mode alone could give its group what an ACL's mask
+                // held back: the copy keeps the owner's bits it was made with, and the failure is reported.
+                let reason = describe(Errno(rawValue: failure))
+                lock.withLock { error = "preserving permissions for \(destination.quotedForLocale): \(reason)" }
+                return setTimes(info, byNameIn: directory)
             }
         } else {
             permissionsFailure = preserveAccessControlLists(
@@ -741,9 +750,14 @@ final class FileCopy: @unchecked Sendable {
                 error = "preserving permissions for \(destination.quotedForLocale): \(describe(permissionsFailure))"
             }
         }
+        setTimes(info, byNameIn: directory)
+    }
+
+    private func setTimes(_ info: FileStatus, byNameIn directory: CInt?) {
         let times = [info.accessTime, info.modificationTime]
         let timesSet =
-            directory.map { utimensat($0, name.cString, times, AT_SYMLINK_NOFOLLOW) } ?? futimens(destinationFD, times)
+            directory.map { utimensat($0, location.name.cString, times, AT_SYMLINK_NOFOLLOW) }
+            ?? futimens(destinationFD, times)
         if timesSet != 0 {
             let failure = Errno(rawValue: errno)
             lock.withLock { error = "preserving times for \(destination.quoted): \(describe(failure))" }
