@@ -358,13 +358,12 @@ struct PendingFile {
     /// waited for its writer found its destination as it had been: `d/f`, made a link to its source `f` in
     /// the meantime, was opened with O_TRUNC and the source emptied, with status 0 (helper-47).
     ///
-    /// Except where a status out of date can change nothing: a small regular source with bytes in it, going
-    /// to a destination that was not there. Its copy is one linked submission whose exclusive create fails
-    /// if anything has been made at the destination since (the copy then takes both statuses again: see
-    /// ``KnownStatus/takenEarlier``), and whose probe finds a source whose size has changed. With `-p` the
-    /// times and mode are then the open source's (`fstat`), and with `-v` the line waits for the first
-    /// attempt, which cp's would follow. Ten thousand files named on the command line, which mostly wait
-    /// here, each took two `statx` more through the ring without this.
+    /// Except the destination's absence, where the source is a small regular file with bytes in it: the
+    /// copy still takes the source's status when it starts, and if that is still such a file, copies it in
+    /// one linked submission whose exclusive create fails if anything has been made at the destination
+    /// since (the copy then takes both statuses again: see ``KnownStatus/takenEarlier``). With `-v` the line
+    /// waits for that first attempt, which cp's would follow. Ten thousand files named on the command line,
+    /// which mostly wait here, each took a `statx` more through the ring without this.
     var queued: PendingFile {
         var file = self
         file.known = known.flatMap { known in
@@ -407,7 +406,8 @@ struct ResolvedParent {
 struct KnownStatus: Sendable {
     let source: FileStatus
     let destination: Result<FileStatus, Errno>
-    /// The copy waited in the backlog before it started, so something may have been made at the
+    /// The copy waited in the backlog before it started: only `destination`, the absence the walker found,
+    /// is taken from here, and the source's status is taken again. Something may have been made at the
     /// destination since: an exclusive create that finds it sends the copy back to take both statuses.
     var takenEarlier = false
 }

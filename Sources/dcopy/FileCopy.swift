@@ -113,6 +113,14 @@ final class FileCopy: @unchecked Sendable {
     func start() {
         // Queued before a write's error ended the run: cp never reached it.
         if copier.isEnding { return end() }
+        if let known, known.takenEarlier {
+            // Only the walker's word on the destination, its absence, which the exclusive create checks
+            // again: the source's status is taken now, as cp takes it, for its mode, kind and size (a
+            // source made private, or replaced by a FIFO, while the copy waited was copied as it had been,
+            // helper-57). Opened from that status's completion, on the ring thread.
+            lock.withLock { destinationInfo = known.destination }
+            return statSource { [self] in open() }
+        }
         if let known {
             lock.withLock {
                 sourceInfo = known.source
@@ -190,15 +198,19 @@ final class FileCopy: @unchecked Sendable {
         if !onQueue && !existed && info.isRegularFile && info.size == 0 {
             return queue.async { [self] in open(onQueue: true) }
         }
-        // From the walker's statuses taken before the copy waited, the `-v` line waits for the first attempt:
-        // cp prints it only for a copy it goes on with, and an attempt that cannot open the files takes them
-        // again, which may end in a refusal.
+        let whole = !existed && copiesWhole(info)
+        // The walker's word on the destination stands only for a copy in one submission, whose exclusive
+        // create fails if anything has been made there since: any other copy takes it again now.
+        if !whole && retakesStatuses() { return takeStatuses() }
+        // From the walker's word, the `-v` line waits for the first attempt: cp prints it only for a copy it
+        // goes on with, and an attempt that cannot open the files takes their statuses again, which may end
+        // in a refusal.
         if takesStatusesAgainOnFailure {
             lock.withLock { announcementDeferred = true }
         } else {
             copier.fileAnnounced(place, source: source, destination: destination)
         }
-        if !existed && copiesWhole(info) { return copyWhole(info) }
+        if whole { return copyWhole(info) }
         openSource(info, existed: existed)
     }
 
@@ -322,20 +334,21 @@ final class FileCopy: @unchecked Sendable {
         }
     }
 
-    /// Whether the copy runs from the walker's statuses, taken before it waited in the backlog (see
-    /// ``KnownStatus/takenEarlier``), and has not taken them again yet.
+    /// Whether the copy runs from the walker's word on the destination, taken before it waited in the
+    /// backlog (see ``KnownStatus/takenEarlier``), and has not taken both statuses again yet.
     private var takesStatusesAgainOnFailure: Bool {
         known?.takenEarlier == true && !lock.withLock { retook }
     }
 
-    /// Whether a copy that could not open its files takes their statuses again: once, where they are the
-    /// walker's, taken before the copy waited in the backlog.
+    /// Whether the copy takes both statuses again: once, where it started from the walker's word on the
+    /// destination, taken before it waited in the backlog.
     private func retakesStatuses() -> Bool {
         lock.withLock {
             guard known?.takenEarlier == true && !retook else { return false }
             retook = true
             sourceInfo = nil
             destinationInfo = nil
+            announcementDeferred = false
             return true
         }
     }
@@ -694,7 +707,7 @@ final class FileCopy: @unchecked Sendable {
             lock.withLock { error = message(.write, failure) }
         }
         if failure == nil && copier.options.preserve, let info = lock.withLock({ sourceInfo }) {
-            preserveMetadata(statusForMetadata(info))
+            preserveMetadata(info)
         }
         end()
     }
@@ -762,15 +775,6 @@ final class FileCopy: @unchecked Sendable {
             let failure = Errno(rawValue: errno)
             lock.withLock { error = "preserving times for \(destination.quoted): \(describe(failure))" }
         }
-    }
-
-    /// The source's status for `-p`. The walker's, taken before the copy waited, may be older than the
-    /// bytes copied (a source written meanwhile, at the same size): the open source's own is taken then,
-    /// as cp takes it.
-    private func statusForMetadata(_ info: FileStatus) -> FileStatus {
-        var status = stat()
-        guard takesStatusesAgainOnFailure, fstat(sourceFD, &status) == 0 else { return info }
-        return FileStatus(status)
     }
 
     private func changeOwner(_ owner: uid_t, _ group: gid_t, byNameIn directory: CInt?) -> Bool {

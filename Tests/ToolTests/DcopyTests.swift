@@ -802,66 +802,72 @@ struct DcopyTests {
         }
     }
 
-    // Without -v and -p, a queued small file whose destination was not there keeps the walker's statuses
-    // (ten thousand files named on the command line took two `statx` more each through the ring). What
-    // changes while it waits behind a FIFO must still give cp's outcome: a destination made meanwhile (a
-    // link to the source, or a file) fails the exclusive create, and the copy takes both statuses again; a
-    // source removed gives cp's `cannot stat`; one that grew is copied whole. Built without the second look,
-    // the link gave `not writing through dangling symlink 'd/f'`, the file `cannot create regular file 'd/f':
-    // File exists` and the source removed `cannot open 'f' for reading`. Opening the FIFO for writing returns
-    // once dcopy reads it; by then the walker has nearly always looked at `f` (it does nothing else in
-    // between), and where it has not, cp's outcome is the same.
+    // A queued small file whose destination was not there keeps the walker's word on that (ten thousand
+    // files named on the command line took two `statx` more each through the ring), and takes only its
+    // source's status when it starts. What changes while it waits behind a FIFO gives cp's outcome, cp run
+    // by the same script (it too waits for the FIFO's writer, then looks at `f` and `d/f`): a destination
+    // made meanwhile (a link to the source, or a file) fails the exclusive create, and the copy takes both
+    // statuses again; a source removed gives `cannot stat`; one that grew is copied whole; one made private
+    // keeps its mode; one replaced by a FIFO is read as a FIFO. Built without the second look, the link gave
+    // `not writing through dangling symlink 'd/f'` and the file `cannot create regular file 'd/f': File
+    // exists`; with the walker's status of the source (helper-57), the private file came out 644, and the
+    // FIFO's bytes were taken and lost (`error reading 'f': Illegal seek`). Opening the FIFO for writing
+    // returns once the tool reads it; by then dcopy's walker has nearly always looked at `f` (it does nothing
+    // else in between), and where it has not, cp's outcome is the same.
     @Test func aQueuedCopyWithTheWalkersStatusesSeesWhatChangedMeanwhile() throws {
         try inScratch { scratch in
-            let outcome = try scratch.run(
+            let outcome = try eachTool(
+                scratch,
                 """
-                for engine in uring posix; do for change in link file gone grown; do
-                    rm -rf p d f err; mkfifo p; printf precious-data > f; mkdir d
-                    (ulimit -n 20; DISPATCH_ENGINE=$engine exec "$DCOPY" p f d 2> err) & exec 6> p
+                for engine in uring posix; do for change in link file gone grown private fifo; do
+                    rm -rf p d f g err; mkfifo p; printf precious-data > f; chmod 644 f; mkdir d
+                    (ulimit -n 20; DISPATCH_ENGINE=$engine exec $T p f d 2> err) & exec 6> p
                     case $change in
                         link) ln -s ../f d/f ;; file) echo old > d/f ;; gone) rm f ;; grown) printf +more >> f ;;
+                        private) chmod 600 f ;; fifo) mkfifo g; mv g f; (timeout -s KILL 10 sh -c 'echo fifo-data > f' 6>&- &) ;;
                     esac
-                    echo fifo >&6; exec 6>&-; wait $!
-                    echo "$engine $change $? $(cat d/p) $(cat d/f 2> /dev/null) $(cat f 2> /dev/null) $(cat err)"
+                    echo fifo >&6; exec 6>&-; wait $!; status=$?
+                    [ -f f ] && source=$(cat f) || source=
+                    echo "$engine $change $status $(cat d/p) $(cat d/f 2> /dev/null) $(stat -c %a d/f) $source $(cat err)"
                 done; done
                 """
             )
-            let expected = ["uring", "posix"].map { engine in
-                """
-                \(engine) link 1 fifo precious-data precious-data dcopy: 'f' and 'd/f' are the same file
-                \(engine) file 0 fifo precious-data precious-data \n\
-                \(engine) gone 1 fifo   dcopy: cannot stat 'f': No such file or directory
-                \(engine) grown 0 fifo precious-data+more precious-data+more \n
-                """
-            }
-            #expect(outcome.text == expected.joined())
+            #expect(outcome.cp.text.contains("uring link 1 fifo precious-data 777 precious-data cp: 'f' and 'd/f'"))
+            #expect(outcome.cp.text.contains("uring private 0 fifo precious-data 600 precious-data \n"))
+            #expect(outcome.cp.text.contains("uring fifo 0 fifo fifo-data 644  \n"))
+            #expect(outcome.ours.text == renamed(outcome.cp.text, from: "cp", to: "dcopy"))
         }
     }
 
-    // The same with -v and -p, against cp in the same script (cp too waits for the FIFO's writer, then takes
-    // the statuses of `f` and `d/f`): the `-v` line of a copy refused as the same file after the second look
-    // is not printed, and with -p a source written meanwhile at the same size gets its new times. Built
-    // with the line printed before the first attempt, `'f' -> 'd/f'` came before the refusal; with the
-    // walker's status for -p, the copy had the new bytes and the old date.
+    // The same with -v and -p, against cp in the same script: the `-v` line of a copy refused as the same
+    // file after the second look is not printed, nor printed twice where both looks fail (a dangling link
+    // made at the destination: helper-58), and with -p a source written meanwhile at the same size gets its
+    // new times, the access time included. Built with the line printed before the first attempt, `'f' ->
+    // 'd/f'` came before the refusal; with the flag that holds it back left set by the second look, it came
+    // twice; with the walker's status for -p, the copy had the new bytes and the old date, and with the open
+    // source's `fstat` after its read, the access time of the run.
     @Test func aQueuedCopyWithTheWalkersStatusesUnderVerboseAndPreserve() throws {
         try inScratch { scratch in
             let outcome = try eachTool(
                 scratch,
                 """
-                for engine in uring posix; do for option in -v -p; do for change in link rewritten; do
+                for engine in uring posix; do for option in -v -p; do for change in link dangling rewritten same; do
                     rm -rf p d f out err; mkfifo p; printf precious-data > f; touch -d 2001-01-01 f; mkdir d
                     (ulimit -n 20; DISPATCH_ENGINE=$engine exec $T $option p f d > out 2> err) & exec 6> p
                     case $change in
-                        link) ln -s ../f d/f ;; rewritten) printf PRECIOUS-DATA > f; touch -d 2005-05-05 f ;;
+                        link) ln -s ../f d/f ;; dangling) ln -s nowhere d/f ;;
+                        rewritten) printf PRECIOUS-DATA > f; touch -d 2005-05-05 f ;;
                     esac
                     echo fifo >&6; exec 6>&-; wait $!; status=$?
-                    [ $option = -p ] && date=$(date -r d/f +%F) || date=
-                    echo "$engine $option $change $status $(cat d/f) $date $(cat out err | tr '\\n' ' ')"
+                    [ $option = -p ] && date=$(stat -L -c '%x %y' d/f 2> /dev/null | cut -c1-10,36-46) || date=
+                    echo "$engine $option $change $status $(cat d/f 2> /dev/null) $date $(cat out err | tr '\\n' ' ')"
                 done; done; done
                 """
             )
             #expect(outcome.cp.text.contains("-v link 1 precious-data  'p' -> 'd/p' cp: 'f' and 'd/f' are the same"))
-            #expect(outcome.cp.text.contains("-p rewritten 0 PRECIOUS-DATA 2005-05-05"))
+            #expect(outcome.cp.text.contains("-p rewritten 0 PRECIOUS-DATA 2005-05-05 2005-05-05"))
+            #expect(outcome.cp.text.contains("-p same 0 precious-data 2001-01-01 2001-01-01"))
+            #expect(outcome.cp.text.contains("-v dangling 1   'p' -> 'd/p' 'f' -> 'd/f' cp: not writing through"))
             #expect(outcome.ours.text == renamed(outcome.cp.text, from: "cp", to: "dcopy"))
             #expect(outcome.ours.stderr == "")
         }
