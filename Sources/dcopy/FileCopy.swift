@@ -725,6 +725,11 @@ final class FileCopy: @unchecked Sendable {
         if !ownerKept { _ = changeOwner(uid_t.max, info.gid, byNameIn: directory) }
         // One message, as cp gives: an fchmod after a failed ACL fails the same way.
         var permissionsFailure: Errno?
+        // Where the source's ACL could not be looked at or set by name, the copy keeps the owner's bits it
+        // was made with: its mode alone could give the group what the ACL's mask held back (helper-59:
+        // procfs unmounted during the run). Except where the destination's file system holds no ACLs, as
+        // cp then sets the mode.
+        var keepsCreationMode = false
         if let directory {
             // The new file has no ACL to remove (its directory has no default ACL); a source's is set through
             // procfs's name for the directory, since there is no `fsetxattrat`. Rare: an ACL on every file.
@@ -733,17 +738,18 @@ final class FileCopy: @unchecked Sendable {
                 break
             case .present:
                 let target = PathName("/proc/self/fd/\(directory)").appending(name)
-                permissionsFailure = preserveAccessControlLists(
+                if let failure = preserveAccessControlLists(
                     from: .path(source),
                     to: .path(target),
                     isDirectory: false
-                ).map { Errno(rawValue: $0) }
+                ) {
+                    permissionsFailure = Errno(rawValue: failure)
+                    keepsCreationMode = failure != EOPNOTSUPP
+                }
             case .unknown(let failure):
-                // (The source gone since its copy.) Its mode alone could give its group what an ACL's mask
-                // held back: the copy keeps the owner's bits it was made with, and the failure is reported.
-                let reason = describe(Errno(rawValue: failure))
-                lock.withLock { error = "preserving permissions for \(destination.quotedForLocale): \(reason)" }
-                return setTimes(info, byNameIn: directory)
+                // (The source gone since its copy.)
+                permissionsFailure = Errno(rawValue: failure)
+                keepsCreationMode = true
             }
         } else {
             permissionsFailure = preserveAccessControlLists(
@@ -755,7 +761,9 @@ final class FileCopy: @unchecked Sendable {
         // The destination is a regular file whatever the source was (a FIFO or a device read for its
         // bytes without -r): cp 9.1 drops set-ID and sticky bits by the destination's type.
         let mode = mode_t(info.mode) & preservedModeBits(ownerKept: ownerKept, type: S_IFREG)
-        if (directory.map { fchmodat($0, name.cString, mode, 0) } ?? fchmod(destinationFD, mode)) != 0 {
+        if !keepsCreationMode
+            && (directory.map { fchmodat($0, name.cString, mode, 0) } ?? fchmod(destinationFD, mode)) != 0
+        {
             permissionsFailure = permissionsFailure ?? Errno(rawValue: errno)
         }
         if let permissionsFailure {
@@ -763,14 +771,9 @@ final class FileCopy: @unchecked Sendable {
                 error = "preserving permissions for \(destination.quotedForLocale): \(describe(permissionsFailure))"
             }
         }
-        setTimes(info, byNameIn: directory)
-    }
-
-    private func setTimes(_ info: FileStatus, byNameIn directory: CInt?) {
         let times = [info.accessTime, info.modificationTime]
         let timesSet =
-            directory.map { utimensat($0, location.name.cString, times, AT_SYMLINK_NOFOLLOW) }
-            ?? futimens(destinationFD, times)
+            directory.map { utimensat($0, name.cString, times, AT_SYMLINK_NOFOLLOW) } ?? futimens(destinationFD, times)
         if timesSet != 0 {
             let failure = Errno(rawValue: errno)
             lock.withLock { error = "preserving times for \(destination.quoted): \(describe(failure))" }

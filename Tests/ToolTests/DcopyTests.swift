@@ -1355,9 +1355,11 @@ struct DcopyTests {
                 setfacl -d -m u:65534:r src/dacl 2> /dev/null || { echo no ACLs; exit 0; }
                 echo x > src/acl; setfacl -m u:65534:r src/acl
                 for n in $'a\\nb' "it's" 'b\\c' $'\\377x'; do cp -p src/acl "src/$n"; done
+                rm -rf one; mkdir one; echo y > one/f; setfacl -m u:65534:r one/f; chmod 664 one/f
                 unshare -m --propagation private bash -c '
                 mount -t ramfs none r || exit 99
                 "$T" -rp src/dacl r/d; echo $?
+                "$T" -rp one r/one; echo $?; stat -c %a r/one/f
                 for L in C.UTF-8 C; do for n in acl $'"'"'a\\nb'"'"' "it'"'"'s" '"'"'b\\c'"'"' $'"'"'\\377x'"'"'; do
                     LC_ALL=$L "$T" -p "src/$n" "r/$n"; echo $?
                 done; done' 2>&1
@@ -1366,6 +1368,9 @@ struct DcopyTests {
             if cp.text == "no ACLs\n" { return }
             #expect(cp.text.hasPrefix("0\n"))
             #expect(cp.text.contains("cp: preserving permissions for 'r/a\\nb': Operation not supported\n"))
+            // In a directory the run made, the metadata is set by name, and the mode after the ACL the file
+            // system refused is cp's (a build keeping the bits the copy was made with gave 600).
+            #expect(cp.text.contains("r/one/f': Operation not supported\n1\n664\n"))
             #expect(ours.text == renamed(cp.text, from: "cp", to: "dcopy"))
         }
     }
