@@ -350,8 +350,6 @@ struct PendingFile {
     let inUse: FileInUse
     /// Both files' status, when the walker has just taken them.
     var known: KnownStatus?
-    /// How many copies into existing files had ended when the walker took `known` (see ``FilesInUse``).
-    var overwritesBefore = 0
 
     /// The file as the backlog keeps it. A copy that starts later takes both statuses itself when it
     /// starts, as cp takes them just before it copies. With the walker's, a copy queued behind a FIFO that
@@ -1096,8 +1094,7 @@ final class Copier: @unchecked Sendable {
             destinationIsNew: destinationIsNew,
             place: messages.reserve(),
             inUse: inUse,
-            known: known,
-            overwritesBefore: overwritesNow
+            known: known
         )
         let (startNow, mustWait) = files.withLock { backlog -> (Bool, Bool) in
             if backlog.running < Limits.files {
@@ -1113,11 +1110,6 @@ final class Copier: @unchecked Sendable {
     }
 
     private func begin(_ file: PendingFile) {
-        var known = file.known
-        // A copy into an existing file ended while this one waited: it may have written this source.
-        if known?.takenEarlier == true && inUse.withLock({ $0.overwritesEnded }) != file.overwritesBefore {
-            known = nil
-        }
         FileCopy(
             copier: self,
             source: file.source,
@@ -1125,7 +1117,7 @@ final class Copier: @unchecked Sendable {
             location: file.location,
             destinationIsNew: file.destinationIsNew,
             place: file.place,
-            known: known
+            known: file.known
         ) { [self] in
             inUse.withLock { $0.remove(file.inUse) }
             fileEnded()

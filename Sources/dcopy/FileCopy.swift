@@ -277,10 +277,10 @@ final class FileCopy: @unchecked Sendable {
             if case .failed(let step, _) = outcome, step == .openSource || step == .openDestination,
                 retakesStatuses()
             {
-                // Nothing was written. The files may have changed while the copy waited with the walker's
-                // statuses (a destination made, a source removed): they are taken again, as cp takes them
-                // just before it opens, and the copy goes on from them (a link made to the source is then
-                // the same file, and a source gone gives cp's `cannot stat`).
+                // Nothing was written. Something may have been made at the destination while the copy
+                // waited with the walker's word on it: both statuses are taken again, as cp takes them just
+                // before it opens, and the copy goes on from them (a link made to the source is then the
+                // same file, a dangling one cp's refusal).
                 return queue.async { [self] in takeStatuses() }
             }
             announceIfDeferred()
@@ -308,8 +308,6 @@ final class FileCopy: @unchecked Sendable {
                 // `fchown` and the rest are system calls that can block, and this runs on the ring thread.
                 queue.async { [self] in finish() }
             case .notStarted:
-                // A size the walker took before the copy waited may be out of date: read to the end.
-                if known?.takenEarlier == true { lock.withLock { readToEnd = true } }
                 openSource(info, existed: false)
             case .incomplete:
                 // The source changed size since its statx, or cannot be spliced: copy it again through
