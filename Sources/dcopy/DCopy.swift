@@ -180,7 +180,7 @@ final class DirectoryPair: Sendable {
     /// Opens both directories, or returns nil (too many pairs open, or either open failed): the files
     /// are then named by their paths, which reach the same errors. `checkingPrivacy`: whether to look at
     /// the destination, as opened, for ``privateOwner``.
-    static func open(_ source: PathName, _ destination: PathName, checkingPrivacy: Bool = false) -> DirectoryPair? {
+    static func open(_ source: PathName, _ destination: PathName, checkingPrivacy: Bool) -> DirectoryPair? {
         guard count.add(1, ordering: .relaxed).newValue <= Limits.openDirectories else {
             count.subtract(1, ordering: .relaxed)
             return nil

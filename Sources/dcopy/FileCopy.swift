@@ -64,8 +64,9 @@ final class FileCopy: @unchecked Sendable {
     private var createdDestination = false
     /// The size from `statx` is not to be trusted: a whole-file copy found the source's size changed.
     private var readToEnd = false
-    /// The walker's statuses were found out of date, and taken again (see ``KnownStatus/takenEarlier``).
-    private var retook = false
+    /// The copy goes on the walker's word that the destination was not there, taken before it waited in the
+    /// backlog (``KnownStatus/takenEarlier``), until it takes both statuses again (once).
+    private var onWalkersWord: Bool
     /// The `-v` line waits for the first attempt's outcome (see ``open(onQueue:)``).
     private var announcementDeferred = false
     /// Where the destination's written bytes stop being a prefix of the source: the lowest offset a chunk
@@ -104,6 +105,7 @@ final class FileCopy: @unchecked Sendable {
         self.destinationIsNew = destinationIsNew
         self.place = place
         self.known = known
+        self.onWalkersWord = known?.takenEarlier == true
         self.completion = completion
         self.queue = copier.queueForNextFile()
     }
@@ -332,18 +334,14 @@ final class FileCopy: @unchecked Sendable {
         }
     }
 
-    /// Whether the copy runs from the walker's word on the destination, taken before it waited in the
-    /// backlog (see ``KnownStatus/takenEarlier``), and has not taken both statuses again yet.
-    private var takesStatusesAgainOnFailure: Bool {
-        known?.takenEarlier == true && !lock.withLock { retook }
-    }
+    /// Whether the copy runs on the walker's word on the destination (see ``onWalkersWord``).
+    private var takesStatusesAgainOnFailure: Bool { lock.withLock { onWalkersWord } }
 
-    /// Whether the copy takes both statuses again: once, where it started from the walker's word on the
-    /// destination, taken before it waited in the backlog.
+    /// Whether the copy takes both statuses again: once, where it ran on the walker's word.
     private func retakesStatuses() -> Bool {
         lock.withLock {
-            guard known?.takenEarlier == true && !retook else { return false }
-            retook = true
+            guard onWalkersWord else { return false }
+            onWalkersWord = false
             sourceInfo = nil
             destinationInfo = nil
             announcementDeferred = false
