@@ -57,4 +57,32 @@ extension IOChannel {
             then: handler
         )
     }
+
+    /// ``copySmallFile(from:in:to:in:flags:permissions:size:keepOpen:engine:then:)`` with paths already
+    /// copied for the kernel (`CPath.make`), which a caller can share with its other requests: a tree's copy
+    /// names a file by the same name in both directories, and takes its `statx` by it too.
+    package static func copySmallFile(
+        from source: CPath,
+        in sourceDirectory: CInt = AT_FDCWD,
+        to destination: CPath,
+        in destinationDirectory: CInt = AT_FDCWD,
+        flags: CInt,
+        permissions: FilePermissions,
+        size: Int,
+        keepOpen: Bool = false,
+        engine: IOEngine = .shared,
+        then handler: @escaping @Sendable (FileCopyOutcome) -> Void
+    ) {
+        engine.copyFile(
+            from: source,
+            in: sourceDirectory,
+            to: destination,
+            in: destinationDirectory,
+            flags: flags,
+            permissions: permissions,
+            length: size,
+            keepOpen: keepOpen,
+            then: handler
+        )
+    }
 }

@@ -364,9 +364,21 @@ package final class IOEngine: Sendable {
         flags: CInt = 0,
         then handler: @escaping @Sendable (Result<FileStatus, Errno>) -> Void
     ) -> OperationID {
+        stat(directory, path: CPath(path), flags: flags, then: handler)
+    }
+
+    /// ``stat(_:path:flags:then:)`` of a path already copied for the kernel, which one caller can share
+    /// between its requests (`dcopy -r` names each file by one name in both directories).
+    @discardableResult
+    package func stat(
+        _ directory: CInt = AT_FDCWD,
+        path: CPath,
+        flags: CInt = 0,
+        then handler: @escaping @Sendable (Result<FileStatus, Errno>) -> Void
+    ) -> OperationID {
         let box = StatxBox()
         return backend.submit(
-            .statx(dirfd: directory, path: CPath(path), flags: flags, box: box),
+            .statx(dirfd: directory, path: path, flags: flags, box: box),
             keepAlive: nil
         ) { completion in
             if let error = completion.error {
@@ -492,13 +504,39 @@ package final class IOEngine: Sendable {
         keepOpen: Bool = false,
         then handler: @escaping @Sendable (FileCopyOutcome) -> Void
     ) {
+        copyFile(
+            from: CPath(source),
+            in: sourceDirectory,
+            to: CPath(destination),
+            in: destinationDirectory,
+            flags: flags,
+            permissions: permissions,
+            length: length,
+            keepOpen: keepOpen,
+            then: handler
+        )
+    }
+
+    /// ``copyFile(from:in:to:in:flags:permissions:length:keepOpen:then:)`` with paths already copied for
+    /// the kernel, which one caller can share between its requests (one name in two directories).
+    package func copyFile(
+        from source: CPath,
+        in sourceDirectory: CInt = AT_FDCWD,
+        to destination: CPath,
+        in destinationDirectory: CInt = AT_FDCWD,
+        flags: CInt,
+        permissions: FilePermissions,
+        length: Int,
+        keepOpen: Bool = false,
+        then handler: @escaping @Sendable (FileCopyOutcome) -> Void
+    ) {
         if length < 0 || length > Self.wholeFileCopyLimit {
             fatalError("IOEngine.copyFile: length \(length) is not 0...\(Self.wholeFileCopyLimit)")
         }
         let copy = LinkedCopy(
-            source: CPath(source),
+            source: source,
             sourceDirectory: sourceDirectory,
-            destination: CPath(destination),
+            destination: destination,
             destinationDirectory: destinationDirectory,
             flags: flags,
             mode: permissions.rawValue,
@@ -509,9 +547,8 @@ package final class IOEngine: Sendable {
         // chain's first request in its place, which blamed the source: `dcopy a ''` said `cannot open 'a'
         // for reading: Operation canceled` (helper-43). Such a copy goes the ordinary way, whose opens
         // report the error of the file that has it.
-        func refusedAtSubmission(_ path: FilePath) -> Bool {
-            let length = path.withCString { strlen($0) }
-            return length == 0 || length >= Int(PATH_MAX)
+        func refusedAtSubmission(_ path: CPath) -> Bool {
+            path.count == 0 || path.count >= Int(PATH_MAX)
         }
         if backend.linkedCopies
             && (refusedAtSubmission(source) || refusedAtSubmission(destination)
