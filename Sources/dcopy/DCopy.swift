@@ -213,6 +213,18 @@ struct FileLocation: Sendable {
     /// The directories, held open as long as this location is.
     let directories: DirectoryPair?
     let name: PathName
+    /// `name` copied once for the kernel, where the file is named in its directories: the source's `statx`
+    /// and both opens of its copy take it (see ``sourcePath(_:)``). Made by the walker, where each made
+    /// their own on the ring thread, a `FilePath` and a copy of it each.
+    private let kernelName: CPath?
+
+    init(directories: DirectoryPair?, name: PathName) {
+        self.directories = directories
+        self.name = name
+        // A directory entry's name: no slash, so nothing a `FilePath` would normalize.
+        kernelName =
+            directories == nil ? nil : name.withCString { CPath(UnsafeBufferPointer(start: $0, count: name.count)) }
+    }
     /// With `-p`, where the destination's directory was made by this run and, as held open, is private (see
     /// `privateDirectoryOwner`: `-p` makes it without the group's and others' bits until the run ends, and
     /// it has no default ACL): the owner and group a file made in it gets, the directory's own (a new
@@ -229,6 +241,18 @@ struct FileLocation: Sendable {
 
     func destination(_ path: PathName) -> (CInt, FilePath) {
         directories.map { ($0.destination, name.filePath) } ?? (AT_FDCWD, path.filePath)
+    }
+
+    /// ``source(_:)`` copied for the kernel, for the engine's calls that take it that way.
+    func sourcePath(_ path: PathName) -> (CInt, CPath) {
+        if let directories, let kernelName { return (directories.source, kernelName) }
+        return (AT_FDCWD, CPath(path.filePath))
+    }
+
+    /// ``destination(_:)`` copied for the kernel.
+    func destinationPath(_ path: PathName) -> (CInt, CPath) {
+        if let directories, let kernelName { return (directories.destination, kernelName) }
+        return (AT_FDCWD, CPath(path.filePath))
     }
 
     /// A file named by its paths alone.
@@ -338,8 +362,11 @@ struct CommandLineSources {
     var made: [PathName: Bool] = [:]
 }
 
-/// A regular file found by the walk, waiting for its copy to start.
-struct PendingFile {
+/// A regular file found by the walk, waiting for its copy to start. A class: the backlog, the copy's
+/// completion and the walker pass it on, and a structure of nine references was copied, retained and
+/// released at each step (a few per cent of the ring thread's own time in `dcopy -r` of small files).
+/// The walker alone changes it (``markQueued()``), before it hands it on.
+final class PendingFile: @unchecked Sendable {
     let source: PathName
     let destination: PathName
     let location: FileLocation
@@ -349,9 +376,27 @@ struct PendingFile {
     /// The files it reads and writes (see ``FilesInUse``).
     let inUse: FileInUse
     /// Both files' status, when the walker has just taken them.
-    var known: KnownStatus?
+    private(set) var known: KnownStatus?
 
-    /// The file as the backlog keeps it. A copy that starts later takes both statuses itself when it
+    init(
+        source: PathName,
+        destination: PathName,
+        location: FileLocation,
+        destinationIsNew: Bool,
+        place: Int,
+        inUse: FileInUse,
+        known: KnownStatus?
+    ) {
+        self.source = source
+        self.destination = destination
+        self.location = location
+        self.destinationIsNew = destinationIsNew
+        self.place = place
+        self.inUse = inUse
+        self.known = known
+    }
+
+    /// Makes the file what the backlog keeps. A copy that starts later takes both statuses itself when it
     /// starts, as cp takes them just before it copies. With the walker's, a copy queued behind a FIFO that
     /// waited for its writer found its destination as it had been: `d/f`, made a link to its source `f` in
     /// the meantime, was opened with O_TRUNC and the source emptied, with status 0 (helper-47).
@@ -362,15 +407,13 @@ struct PendingFile {
     /// since (the copy then takes both statuses again: see ``KnownStatus/takenEarlier``). With `-v` the line
     /// waits for that first attempt, which cp's would follow. Ten thousand files named on the command line,
     /// which mostly wait here, each took a `statx` more through the ring without this.
-    var queued: PendingFile {
-        var file = self
-        file.known = known.flatMap { known in
+    func markQueued() {
+        known = known.flatMap { known in
             guard case .failure(.noSuchFileOrDirectory) = known.destination,
                 known.source.size > 0, FileCopy.fitsOneSubmission(known.source)
             else { return nil }
             return KnownStatus(source: known.source, destination: known.destination, takenEarlier: true)
         }
-        return file
     }
 }
 
@@ -1101,7 +1144,8 @@ final class Copier: @unchecked Sendable {
                 backlog.running += 1
                 return (true, false)
             }
-            backlog.queue.append(file.queued)
+            file.markQueued()
+            backlog.queue.append(file)
             backlog.walkerWaits = backlog.waiting >= Limits.backlog
             return (false, backlog.walkerWaits)
         }
@@ -1110,21 +1154,13 @@ final class Copier: @unchecked Sendable {
     }
 
     private func begin(_ file: PendingFile) {
-        FileCopy(
-            copier: self,
-            source: file.source,
-            destination: file.destination,
-            location: file.location,
-            destinationIsNew: file.destinationIsNew,
-            place: file.place,
-            known: file.known
-        ) { [self] in
-            inUse.withLock { $0.remove(file.inUse) }
-            fileEnded()
-        }.start()
+        FileCopy(copier: self, file: file).start()
     }
 
-    private func fileEnded() {
+    /// A file's copy has ended, its messages posted: the next file waiting starts (once per file, on the
+    /// thread the copy ended on).
+    func copyEnded(_ file: PendingFile) {
+        inUse.withLock { $0.remove(file.inUse) }
         let (next, wakeWalker) = files.withLock { backlog -> (PendingFile?, Bool) in
             let next = backlog.next()
             if next == nil { backlog.running -= 1 }

@@ -23,9 +23,10 @@ private let seekHole: CInt = 4  // SEEK_HOLE
 /// with `ftruncate` at the end. Then `-p` metadata, and `close` of both through the ring.
 final class FileCopy: @unchecked Sendable {
     private let copier: Copier
-    private let source: PathName
-    private let destination: PathName
-    private let completion: @Sendable () -> Void
+    /// The file as the walk found it; its copier is told when this copy has ended (``Copier/copyEnded(_:)``).
+    private let file: PendingFile
+    private var source: PathName { file.source }
+    private var destination: PathName { file.destination }
     /// Where this file's completions and channel handlers run (serial).
     private let queue: WorkQueue
     private var engine: IOEngine { copier.engine }
@@ -78,35 +79,20 @@ final class FileCopy: @unchecked Sendable {
 
     /// The destination's directory was made by this run, so nothing can be at the destination yet: its
     /// `statx` is skipped, as cp skips its `stat` there (the exclusive create still catches a race).
-    private let destinationIsNew: Bool
+    private var destinationIsNew: Bool { file.destinationIsNew }
     /// How the ring reaches both files; holds their directories open until this copy has ended.
-    private let location: FileLocation
+    private var location: FileLocation { file.location }
     /// This file's place among dcopy's messages (see ``Messages``): its `-v` line goes there once the copy
     /// is past the source's status and the destination's checks, where cp prints it (before opening
     /// anything), and its error when it ends.
-    private let place: Int
+    private var place: Int { file.place }
     /// Both files' status, when the walker took them just before: the ring need not take them again.
-    private let known: KnownStatus?
+    private var known: KnownStatus? { file.known }
 
-    init(
-        copier: Copier,
-        source: PathName,
-        destination: PathName,
-        location: FileLocation = .paths,
-        destinationIsNew: Bool = false,
-        place: Int,
-        known: KnownStatus? = nil,
-        completion: @escaping @Sendable () -> Void
-    ) {
+    init(copier: Copier, file: PendingFile) {
         self.copier = copier
-        self.source = source
-        self.destination = destination
-        self.location = location
-        self.destinationIsNew = destinationIsNew
-        self.place = place
-        self.known = known
-        self.onWalkersWord = known?.takenEarlier == true
-        self.completion = completion
+        self.file = file
+        self.onWalkersWord = file.known?.takenEarlier == true
         self.queue = copier.queueForNextFile()
     }
 
@@ -150,7 +136,7 @@ final class FileCopy: @unchecked Sendable {
             if pending.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { open() }
         }
         statSource(then: arrived)
-        let (destinationDirectory, destinationPath) = location.destination(destination)
+        let (destinationDirectory, destinationPath) = location.destinationPath(destination)
         engine.stat(destinationDirectory, path: destinationPath) { [self] result in
             lock.withLock { destinationInfo = result }
             arrived()
@@ -159,7 +145,7 @@ final class FileCopy: @unchecked Sendable {
 
     /// Takes the source's status through the ring, then runs `next` on the ring thread.
     private func statSource(then next: @escaping @Sendable () -> Void) {
-        let (directory, path) = location.source(source)
+        let (directory, path) = location.sourcePath(source)
         engine.stat(directory, path: path) { [self] result in
             lock.withLock {
                 switch result {
@@ -264,8 +250,8 @@ final class FileCopy: @unchecked Sendable {
 
     /// Copies a small file in one submission; the steps and the messages are the channel path's.
     private func copyWhole(_ info: FileStatus) {
-        let (sourceDirectory, sourcePath) = location.source(source)
-        let (destinationDirectory, destinationPath) = location.destination(destination)
+        let (sourceDirectory, sourcePath) = location.sourcePath(source)
+        let (destinationDirectory, destinationPath) = location.destinationPath(destination)
         IOChannel.copySmallFile(
             from: sourcePath,
             in: sourceDirectory,
@@ -299,7 +285,7 @@ final class FileCopy: @unchecked Sendable {
             case .copied:
                 copier.meter?.add(Int(info.size))
                 copier.fileEnded(place, errors: [])
-                completion()
+                copier.copyEnded(file)
             case .copiedOpen(let sourceFD, let destinationFD):
                 copier.meter?.add(Int(info.size))
                 lock.withLock {
@@ -328,7 +314,7 @@ final class FileCopy: @unchecked Sendable {
                 let ends = step == .write && copier.endRun(after: failure)
                 queue.async { [self] in
                     copier.fileEnded(place, errors: ends ? [] : [message(step, failure)])
-                    completion()
+                    copier.copyEnded(file)
                 }
             }
         }
@@ -795,7 +781,7 @@ final class FileCopy: @unchecked Sendable {
         let descriptors = [sourceFD, destinationFD].filter { $0 >= 0 }
         guard !descriptors.isEmpty else {
             copier.fileEnded(place, errors: failure.map { [$0] } ?? [])
-            return completion()
+            return copier.copyEnded(file)
         }
         // The file's messages wait for both closes: a close can fail (EIO from a network file system's
         // write-back), which cp reports as `failed to close`, the destination's then the source's, after
@@ -818,7 +804,7 @@ final class FileCopy: @unchecked Sendable {
                 // straight from the last close's completion instead of taking a hop through the queue.
                 if let ended {
                     copier.fileEnded(place, errors: ended)
-                    completion()
+                    copier.copyEnded(file)
                 }
             }
         }
