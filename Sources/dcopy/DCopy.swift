@@ -214,8 +214,8 @@ struct FileLocation: Sendable {
     let directories: DirectoryPair?
     let name: PathName
     /// `name` copied once for the kernel, where the file is named in its directories: the source's `statx`
-    /// and both opens of its copy take it (see ``sourcePath(_:)``). Made by the walker, where each made
-    /// their own on the ring thread, a `FilePath` and a copy of it each.
+    /// and both opens of its copy take it (see ``sourcePath(_:)``). The walker makes it; each of those
+    /// requests used to make its own on the ring thread, through a `FilePath`.
     private let kernelName: CPath?
 
     init(directories: DirectoryPair?, name: PathName) {
@@ -225,6 +225,7 @@ struct FileLocation: Sendable {
         kernelName =
             directories == nil ? nil : name.withCString { CPath(UnsafeBufferPointer(start: $0, count: name.count)) }
     }
+
     /// With `-p`, where the destination's directory was made by this run and, as held open, is private (see
     /// `privateDirectoryOwner`: `-p` makes it without the group's and others' bits until the run ends, and
     /// it has no default ACL): the owner and group a file made in it gets, the directory's own (a new
