@@ -530,6 +530,10 @@ final class Copier: @unchecked Sendable {
     /// into itself that the paths did not show, through a second path to a directory (a bind mount of one
     /// of the source's subdirectories, helper-44), and cp refuses it there.
     private var madeDirectories: Set<FileID> = []
+    /// Directories named on the command line, by the source's identity, and where each was copied (walker
+    /// only), as cp remembers them (`remember_copied`): one met again by another path, an operand or in a
+    /// tree, is not copied a second time (see ``earlierCopy(of:to:topLevel:)``).
+    private var operandDirectories: [FileID: PathName] = [:]
     /// How command-line sources are looked up (walker only).
     private var sourceLookup = SourceLookup()
     /// Such a copy into itself was found: the walk of this top-level operand stops there, as cp's does.
@@ -873,17 +877,23 @@ final class Copier: @unchecked Sendable {
         // first, as in cp's order; the mkdir raced its exclusive create, and the message depended on which
         // came first.
         if isBeingMade(destination) { running.wait() }
-        if lstat(destination.cString, &existing) == 0 {
-            if existing.st_mode & S_IFMT != S_IFDIR {
-                fail("cannot overwrite non-directory \(destination.quoted) with directory \(source.quoted)")
-                return
-            }
-        } else if errno != ENOENT {
+        let exists = lstat(destination.cString, &existing) == 0
+        let lookup = Errno(rawValue: errno)
+        if exists && existing.st_mode & S_IFMT != S_IFDIR {
+            fail("cannot overwrite non-directory \(destination.quoted) with directory \(source.quoted)")
+            return
+        }
+        if !exists && lookup != .noSuchFileOrDirectory {
             // Only a missing name is made; a path through a non-directory or an unsearchable one is cp's
             // `cannot stat`, not a failed mkdir.
-            fail("cannot stat \(destination.quoted)", Errno(rawValue: errno))
+            fail("cannot stat \(destination.quoted)", lookup)
             return
-        } else {
+        }
+        if let earlier = earlierCopy(of: FileID(info), to: destination, topLevel: topLevel) {
+            fail("will not create hard link \(destination.quoted) to directory \(earlier.quoted)")
+            return
+        }
+        if !exists {
             // cp creates the directory writable by its owner while it fills it, then gives it its mode.
             // All the mode bits, as cp passes them: mkdir keeps the sticky bit and drops set-user-ID and
             // set-group-ID (a directory inherits its parent's set-group-ID). Less what cp leaves out until
@@ -950,6 +960,18 @@ final class Copier: @unchecked Sendable {
             }
         }
         if options.preserve { directoriesToFinish.append((destination, source, info, inherited)) }
+    }
+
+    /// Where a directory was copied already, if it was, as cp tells: a directory named on the command line
+    /// is remembered with its destination, unless one is already (`dcopy -r s/sub s d` copies `s/sub` to
+    /// `d/sub` and then refuses `d/s/sub`; `dcopy -r s/ s/. d` refuses `d/.`); one met in a tree is only
+    /// looked up (`dcopy -r s s/sub d` copies both). cp refuses so as not to make a hard link to a
+    /// directory, which its `--preserve=links` would; it prints `will not create hard link` and goes on
+    /// with the rest. An operand named twice the same way never gets here (`specified more than once`).
+    private func earlierCopy(of directory: FileID, to destination: PathName, topLevel: Bool) -> PathName? {
+        if let earlier = operandDirectories[directory] { return earlier }
+        if topLevel { operandDirectories[directory] = destination }
+        return nil
     }
 
     private func copyLink(_ source: PathName, to destination: PathName, info: stat) {
