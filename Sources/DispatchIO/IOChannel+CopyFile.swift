@@ -59,7 +59,7 @@ extension IOChannel {
     }
 
     /// ``copySmallFile(from:in:to:in:flags:permissions:size:keepOpen:engine:then:)`` with paths already
-    /// copied for the kernel (`CPath.make`), which a caller can share with its other requests: a tree's copy
+    /// copied for the kernel (`CPath`), which a caller can share with its other requests: a tree's copy
     /// names a file by the same name in both directories, and takes its `statx` by it too.
     package static func copySmallFile(
         from source: CPath,

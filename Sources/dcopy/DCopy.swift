@@ -890,7 +890,18 @@ final class Copier: @unchecked Sendable {
             return
         }
         if let earlier = earlierCopy(of: FileID(info), to: destination, topLevel: topLevel) {
-            fail("will not create hard link \(destination.quoted) to directory \(earlier.quoted)")
+            // cp's three answers, in its order: the source is that copy, the destination is it (the same
+            // directory named twice otherwise than `isFirstMention` tells: `s/sub/.. s/.`, or by a bind
+            // mount; and `s/sub s/.` meets `s/./sub` in the tree), or another name for it would be made.
+            let (topSource, topDestination) = topLevelPair ?? (source, destination)
+            if Self.isSameEntry(source, earlier) {
+                fail("cannot copy a directory, \(topSource.quoted), into itself, \(topDestination.quoted)")
+                foundCopyIntoItself = true
+            } else if Self.isSameEntry(destination, earlier) {
+                messages.post(error: "warning: source directory \(topSource.quoted) specified more than once")
+            } else {
+                fail("will not create hard link \(destination.quoted) to directory \(earlier.quoted)")
+            }
             return
         }
         if !exists {
@@ -967,11 +978,22 @@ final class Copier: @unchecked Sendable {
     /// `d/sub` and then refuses `d/s/sub`; `dcopy -r s/ s/. d` refuses `d/.`); one met in a tree is only
     /// looked up (`dcopy -r s s/sub d` copies both). cp refuses so as not to make a hard link to a
     /// directory, which its `--preserve=links` would; it prints `will not create hard link` and goes on
-    /// with the rest. An operand named twice the same way never gets here (`specified more than once`).
+    /// with the rest. (An operand named twice by the same last component in the same directory is
+    /// `specified more than once` before it gets here: see ``isFirstMention(of:_:)``.)
     private func earlierCopy(of directory: FileID, to destination: PathName, topLevel: Bool) -> PathName? {
         if let earlier = operandDirectories[directory] { return earlier }
         if topLevel { operandDirectories[directory] = destination }
         return nil
+    }
+
+    /// Whether two paths name one directory entry, as gnulib's `same_name` tells: the same last component
+    /// in the same directory, by identity (`t/.` and `t/./.`; `t/./sub` and `t/sub`).
+    private static func isSameEntry(_ first: PathName, _ second: PathName) -> Bool {
+        guard first.lastComponent == second.lastComponent else { return false }
+        var one = stat()
+        var other = stat()
+        return stat(first.parent.cString, &one) == 0 && stat(second.parent.cString, &other) == 0
+            && FileID(one) == FileID(other)
     }
 
     private func copyLink(_ source: PathName, to destination: PathName, info: stat) {

@@ -565,23 +565,27 @@ struct DcopyTests {
     }
 
     // A directory named on the command line is copied once: met again by another path, as an operand or in a
-    // tree, it is refused in cp's words and the rest goes on (exit status 1), where dcopy copied it twice.
-    // One met first in a tree and then named is copied both times, as by cp (only operands are remembered).
-    // With -v and -p too: no line for the refused one, and the copies' modes as cp's.
+    // tree, it is refused in cp's words and the rest goes on (exit status 1), where dcopy copied it twice;
+    // met again at the same destination entry, it is cp's warning, status 0 (helper-60: `s/sub/.. s/.`,
+    // and `s/sub s/.`, whose tree meets `s/./sub`). One met first in a tree and then named is copied both
+    // times, as by cp (only operands are remembered). With -v and -p too: no line for the refused one, and
+    // the copies' modes as cp's.
     @Test func aDirectoryNamedOnTheCommandLineIsNotCopiedTwice() throws {
         try inScratch { scratch in
             let result = try both(
                 scratch,
-                setup: "mkdir -p s/sub/deep t1 t2 t3 t4 t5 t6; printf a > s/sub/a; printf d > s/sub/deep/d; "
+                setup: "mkdir -p s/sub/deep t1 t2 t3 t4 t5 t6 t7 t8; printf a > s/sub/a; printf d > s/sub/deep/d; "
                     + "printf g > s/g; chmod 750 s/sub",
                 "%cp -r s/sub s t1; echo $?; %cp -r s/ s/. t2; echo $?; %cp -r s/sub/.. s t3; echo $?; "
-                    + "%cp -r s s/sub t4; echo $?; %cp -rv s/sub/deep s t5; echo $?; %cp -rp s/sub s t6; echo $?",
+                    + "%cp -r s s/sub t4; echo $?; %cp -rv s/sub/deep s t5; echo $?; %cp -rp s/sub s t6; echo $?; "
+                    + "%cp -r s/sub/.. s/. t7; echo $?; %cp -rv s/sub s/. t8; echo $?",
                 check: Self.listing
             )
             #expect(
                 result.ours.stderr.hasPrefix("dcopy: will not create hard link 't1/s/sub' to directory 't1/sub'\n")
             )
             #expect(result.ours.stderr.contains("dcopy: will not create hard link 't2/.' to directory 't2/s'\n"))
+            #expect(result.ours.stderr.contains("dcopy: warning: source directory 's/.' specified more than once\n"))
             expectSame(result)
         }
     }
