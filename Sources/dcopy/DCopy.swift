@@ -600,23 +600,33 @@ final class Copier: @unchecked Sendable {
             meter.total = sources.reduce(0) { $0 + Self.bytes(under: $1, recursive: options.recursive) }
             meter.start()
         }
+        // Sources that may lie in what an earlier source's copies are writing.
+        var inTarget = [Bool](repeating: false, count: sources.count)
         if sources.count >= 2 {
             commandLine = CommandLineSources()
-            // One source's copies have one name each. Another may name one of them otherwise, where a
-            // source's last component is `.` or `..` (`s/.` gives `e/./d` where `t/d` gives `e/d`), or read
-            // it as it is made, where a source lies in the target. Counting names cost `dcopy -r` of ten
-            // trees 8 % of its time (367 against 341 ms, 25 rounds in turn), so only then.
             let target = target.resolved
             var parents = ResolvedParent()
-            tracksNames = sources.contains { source in
-                let last = source.lastComponent
-                if last == "." || last == ".." { return true }
+            inTarget = sources.map { source in
                 // A source not there yet may be made by an earlier one's copy.
                 guard let target, let resolved = parents.resolve(source) else { return true }
                 return resolved.isWithin(target)
             }
+            // One source's copies have one name each. Another may name one of them otherwise, where a
+            // source's last component is `.` or `..` (`s/.` gives `e/./d` where `t/d` gives `e/d`), or read
+            // it as it is made, where a source lies in the target. Counting names cost `dcopy -r` of ten
+            // trees 8 % of its time (367 against 341 ms, 25 rounds in turn), so only then.
+            tracksNames =
+                inTarget.contains(true)
+                || sources.contains { source in
+                    let last = source.lastComponent
+                    return last == "." || last == ".."
+                }
         }
-        for source in sources {
+        for (index, source) in sources.enumerated() {
+            // A source in the target is walked once every copy before it has ended, as cp's order has it:
+            // `dcopy -r s/sub t/sub/deep t` read `t/sub/deep` while the first operand's copies were still
+            // making its files, and copied 8 of its 200 into `t/deep`, with status 0.
+            if inTarget[index] { running.wait() }
             // A source ending in `..` is copied into the target itself, as by cp (`DIR/.`), never into
             // `DIR/..`: that would write over the target's parent's files.
             let name = source.lastComponent == ".." ? "." : source.lastComponent
