@@ -526,10 +526,15 @@ final class Copier: @unchecked Sendable {
     private var tracksNames = false
     /// The top-level operands being copied, for the message of a copy into itself found during the walk.
     private var topLevelPair: (source: PathName, destination: PathName)?
-    /// Directories this run made on a source's device (walker only): one of them met in a source is a copy
-    /// into itself that the paths did not show, through a second path to a directory (a bind mount of one
-    /// of the source's subdirectories, helper-44), and cp refuses it there.
+    /// Directories this run made on a source's device (walker only), the first one each operand made, as cp
+    /// remembers them: one of them met in a source is a copy into itself that the paths did not show,
+    /// through a second path to a directory (a bind mount of one of the source's subdirectories,
+    /// helper-44), and cp refuses it there. The first one only: any copy into itself meets it before the
+    /// ones made inside it, and with every one, `dcopy -r s t/s/sub t` refused `t/s/sub/deep` as a copy into
+    /// itself where cp copies `t/s/sub` to `t/sub` (helper-60).
     private var madeDirectories: Set<FileID> = []
+    /// The operand being walked has made a directory (see ``madeDirectories``).
+    private var operandMadeDirectory = false
     /// Directories named on the command line, by the source's identity, and where each was copied (walker
     /// only), as cp remembers them (`remember_copied`): one met again by another path, an operand or in a
     /// tree, is not copied a second time (see ``earlierCopy(of:to:topLevel:)``).
@@ -874,6 +879,7 @@ final class Copier: @unchecked Sendable {
         if topLevel {
             topLevelPair = (source, destination)
             foundCopyIntoItself = false
+            operandMadeDirectory = false
         } else if madeDirectories.contains(FileID(info)), let (topSource, topDestination) = topLevelPair {
             // cp's words: the top-level names.
             fail("cannot copy a directory, \(topSource.quoted), into itself, \(topDestination.quoted)")
@@ -929,7 +935,10 @@ final class Copier: @unchecked Sendable {
             made = true
             var new = stat()
             let madeFound = lstat(destination.cString, &new) == 0
-            if madeFound && new.st_dev == info.st_dev { madeDirectories.insert(FileID(new)) }
+            if madeFound && new.st_dev == info.st_dev && !operandMadeDirectory {
+                madeDirectories.insert(FileID(new))
+            }
+            operandMadeDirectory = operandMadeDirectory || madeFound
             announce(source, destination)
             let restricted = info.st_mode & S_IRWXU != S_IRWXU
             let writableByOthers = info.st_mode & omitted & ~umaskAtStart != 0

@@ -592,7 +592,8 @@ struct DcopyTests {
 
     // A source in the target is read once the copies before it have ended, as cp reads it after copying the
     // earlier operands: `t/sub/deep`, being filled by the first operand's copies, came out in `t/deep` with 8
-    // of its 200 files (helper-60), status 0. Also a source named before the operand that makes it.
+    // of its 200 files (helper-60), status 0. Also a source named before the operand that makes it, and one
+    // whose directories an earlier operand made: `t4/s/sub/deep` is no copy into itself (helper-60).
     @Test func aSourceInTheTargetIsReadOnceEarlierCopiesHaveEnded() throws {
         try inScratch { scratch in
             let result = try both(
@@ -600,7 +601,7 @@ struct DcopyTests {
                 setup: "mkdir -p s/sub/deep t1 t2 t3; for i in $(seq 60); do echo $i > s/sub/deep/f$i; "
                     + "echo $i > s/sub/g$i; done",
                 "%cp -r s/sub t1/sub/deep t1; echo $?; %cp -r s/sub t2/sub t2/sub/deep t2; echo $?; "
-                    + "%cp -r t3/sub/deep s/sub t3; echo $?",
+                    + "%cp -r t3/sub/deep s/sub t3; echo $?; mkdir t4; %cp -r s t4/s/sub t4; echo $?",
                 check: Self.listing
             )
             #expect(result.oursCheck.text.contains("./t1/deep/f59 file"))
