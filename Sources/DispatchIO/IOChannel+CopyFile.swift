@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 extension IOChannel {
-    /// The largest file ``copySmallFile(from:in:to:in:flags:permissions:size:engine:then:)`` takes (1 MiB).
+    /// The largest file ``copySmallFile(from:in:to:in:flags:permissions:size:keepOpen:engine:then:)`` takes (1 MiB).
     package static let smallFileLimit = IOEngine.wholeFileCopyLimit
 
     /// Copies a small regular file whole, with no channel: open, create, transfer and close run as one
@@ -19,7 +19,9 @@ extension IOChannel {
     /// trees of files up to ``smallFileLimit``; anything larger goes through channels.
     ///
     /// - Parameters:
-    ///   - source: The file to copy, resolved against `sourceDirectory` when relative.
+    ///   - source: The file to copy, resolved against `sourceDirectory` when relative: a path copied for
+    ///     the kernel (`CPath(filePath)`), which a caller can share with its other requests (a tree's copy
+    ///     names a file by one name in both directories, and takes its `statx` by it too).
     ///   - sourceDirectory: A descriptor of the directory a relative `source` is in (`AT_FDCWD`: the
     ///     working directory), open until the handler has run. A tree's copy names each file in its
     ///     directory, so the kernel looks up one name instead of walking the whole path.
@@ -33,34 +35,6 @@ extension IOChannel {
     ///     their metadata and close; where the engine cannot, the copy is `.notStarted`.
     ///   - handler: Runs exactly once, on an engine thread, so it must be short and must not block; it
     ///     receives how the copy ended.
-    package static func copySmallFile(
-        from source: FilePath,
-        in sourceDirectory: CInt = AT_FDCWD,
-        to destination: FilePath,
-        in destinationDirectory: CInt = AT_FDCWD,
-        flags: CInt,
-        permissions: FilePermissions,
-        size: Int,
-        keepOpen: Bool = false,
-        engine: IOEngine = .shared,
-        then handler: @escaping @Sendable (FileCopyOutcome) -> Void
-    ) {
-        engine.copyFile(
-            from: source,
-            in: sourceDirectory,
-            to: destination,
-            in: destinationDirectory,
-            flags: flags,
-            permissions: permissions,
-            length: size,
-            keepOpen: keepOpen,
-            then: handler
-        )
-    }
-
-    /// ``copySmallFile(from:in:to:in:flags:permissions:size:keepOpen:engine:then:)`` with paths already
-    /// copied for the kernel (`CPath`), which a caller can share with its other requests: a tree's copy
-    /// names a file by the same name in both directories, and takes its `statx` by it too.
     package static func copySmallFile(
         from source: CPath,
         in sourceDirectory: CInt = AT_FDCWD,
