@@ -477,7 +477,9 @@ package final class IOEngine: Sendable {
     /// as `.failed(.openSource, ECANCELED)`: the kernel fails the chain's first request in its place.
     ///
     /// - Parameters:
-    ///   - source: The file to copy, resolved against `sourceDirectory` when relative.
+    ///   - source: The file to copy, resolved against `sourceDirectory` when relative: a path copied for the
+    ///     kernel (`CPath(filePath)`), which a caller can share with its other requests, as `dcopy -r` does
+    ///     with a file's name, the same in both directories and in its `statx`.
     ///   - sourceDirectory: A descriptor of the directory a relative `source` is in (`AT_FDCWD`: the
     ///     working directory). It must stay open until the handler has run. A name resolved in its
     ///     directory costs the kernel one lookup instead of one per component of a full path, three times
@@ -493,32 +495,6 @@ package final class IOEngine: Sendable {
     ///     for the caller to finish (`fchown`, `fchmod`, `futimens`) and close. On io_uring the chain then
     ///     turns its registered descriptors into ordinary ones (Linux 6.8); an older kernel's engine answers
     ///     ``FileCopyOutcome/notStarted`` at once.
-    package func copyFile(
-        from source: FilePath,
-        in sourceDirectory: CInt = AT_FDCWD,
-        to destination: FilePath,
-        in destinationDirectory: CInt = AT_FDCWD,
-        flags: CInt,
-        permissions: FilePermissions,
-        length: Int,
-        keepOpen: Bool = false,
-        then handler: @escaping @Sendable (FileCopyOutcome) -> Void
-    ) {
-        copyFile(
-            from: CPath(source),
-            in: sourceDirectory,
-            to: CPath(destination),
-            in: destinationDirectory,
-            flags: flags,
-            permissions: permissions,
-            length: length,
-            keepOpen: keepOpen,
-            then: handler
-        )
-    }
-
-    /// ``copyFile(from:in:to:in:flags:permissions:length:keepOpen:then:)`` with paths already copied for
-    /// the kernel, which one caller can share between its requests (one name in two directories).
     package func copyFile(
         from source: CPath,
         in sourceDirectory: CInt = AT_FDCWD,

@@ -118,9 +118,9 @@ struct CopyFileTests {
         try await withEngine(kind) { engine in
             let outcome = await awaitCallback(orElse: FileCopyOutcome.failed(.openSource, .timedOut)) { deliver in
                 engine.copyFile(
-                    from: FilePath(name),
+                    from: CPath(FilePath(name)),
                     in: sourceDirectory,
-                    to: FilePath(name),
+                    to: CPath(FilePath(name)),
                     in: destinationDirectory,
                     flags: O_WRONLY | O_CREAT | O_EXCL,
                     permissions: .ownerReadWrite,
@@ -134,9 +134,9 @@ struct CopyFileTests {
             // The same exclusive create again, in the same directory: it must find the file just made.
             let again = await awaitCallback(orElse: FileCopyOutcome.failed(.openSource, .timedOut)) { deliver in
                 engine.copyFile(
-                    from: FilePath(name),
+                    from: CPath(FilePath(name)),
                     in: sourceDirectory,
-                    to: FilePath(name),
+                    to: CPath(FilePath(name)),
                     in: destinationDirectory,
                     flags: O_WRONLY | O_CREAT | O_EXCL,
                     permissions: .ownerReadWrite,
@@ -204,8 +204,8 @@ struct CopyFileTests {
             let outcome = await awaitCallback(.seconds(5), orElse: FileCopyOutcome.failed(.openSource, .timedOut)) {
                 deliver in
                 engine.copyFile(
-                    from: FilePath(fifo),
-                    to: FilePath(dir.file("dst")),
+                    from: CPath(FilePath(fifo)),
+                    to: CPath(FilePath(dir.file("dst"))),
                     flags: O_WRONLY | O_CREAT | O_EXCL,
                     permissions: .ownerReadWrite,
                     length: 10
@@ -439,8 +439,8 @@ private func copy(
 ) async -> FileCopyOutcome {
     await awaitCallback(orElse: .failed(.openSource, .timedOut)) { deliver in
         engine.copyFile(
-            from: FilePath(source),
-            to: FilePath(destination),
+            from: CPath(FilePath(source)),
+            to: CPath(FilePath(destination)),
             flags: flags,
             permissions: FilePermissions(rawValue: mode),
             length: length,
