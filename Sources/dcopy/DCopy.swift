@@ -526,19 +526,17 @@ final class Copier: @unchecked Sendable {
     private var tracksNames = false
     /// The top-level operands being copied, for the message of a copy into itself found during the walk.
     private var topLevelPair: (source: PathName, destination: PathName)?
-    /// Directories this run made on a source's device (walker only), the first one each operand made, as cp
-    /// remembers them: one of them met in a source is a copy into itself that the paths did not show,
-    /// through a second path to a directory (a bind mount of one of the source's subdirectories,
-    /// helper-44), and cp refuses it there. The first one only: any copy into itself meets it before the
-    /// ones made inside it, and with every one, `dcopy -r s t/s/sub t` refused `t/s/sub/deep` as a copy into
-    /// itself where cp copies `t/s/sub` to `t/sub` (helper-60).
-    private var madeDirectories: Set<FileID> = []
-    /// The operand being walked has made a directory (see ``madeDirectories``).
+    /// Directories copied, by identity, with where each went, as cp remembers them (`remember_copied`; walker
+    /// only): the source of each directory named on the command line, and the first directory each operand
+    /// made. One met again, as a later operand or in a tree, is not copied a second time: cp's answers are
+    /// in ``copyDirectory(_:to:info:topLevel:)``. The made one catches a copy into itself that the paths did
+    /// not show, through a second path to a directory (a bind mount of one of the source's subdirectories,
+    /// helper-44), or an operand that names an earlier one's copy (`dcopy -r s t/s/. t`, helper-61). Only
+    /// the first one an operand made: with every one, `dcopy -r s t/s/sub t` refused `t/s/sub/deep` as a
+    /// copy into itself where cp copies `t/s/sub` to `t/sub` (helper-60).
+    private var copiedDirectories: [FileID: PathName] = [:]
+    /// The operand being walked has made a directory (see ``copiedDirectories``).
     private var operandMadeDirectory = false
-    /// Directories named on the command line, by the source's identity, and where each was copied (walker
-    /// only), as cp remembers them (`remember_copied`): one met again by another path, an operand or in a
-    /// tree, is not copied a second time (see ``earlierCopy(of:to:topLevel:)``).
-    private var operandDirectories: [FileID: PathName] = [:]
     /// How command-line sources are looked up (walker only).
     private var sourceLookup = SourceLookup()
     /// Such a copy into itself was found: the walk of this top-level operand stops there, as cp's does.
@@ -631,7 +629,10 @@ final class Copier: @unchecked Sendable {
             // A source in the target is walked once every copy before it has ended, as cp's order has it:
             // `dcopy -r s/sub t/sub/deep t` read `t/sub/deep` while the first operand's copies were still
             // making its files, and copied 8 of its 200 into `t/deep`, with status 0.
-            if inTarget[index] { running.wait() }
+            if inTarget[index] {
+                running.wait()
+                finishDirectories()
+            }
             // A source ending in `..` is copied into the target itself, as by cp (`DIR/.`), never into
             // `DIR/..`: that would write over the target's parent's files.
             let name = source.lastComponent == ".." ? "." : source.lastComponent
@@ -639,11 +640,21 @@ final class Copier: @unchecked Sendable {
             copy(source, to: destination, topLevel: true)
         }
         running.wait()
-        // Directory times last: writing their contents changed them.
+        finishDirectories()
+    }
+
+    /// Gives the directories copied so far their final mode, and with -p their metadata, once every copy into
+    /// them has ended (the caller waits for that): at the end of the run, and before an operand in the target
+    /// is walked, which may read them as cp would, finished (helper-61: `t/sub/deep` read with its mode of
+    /// the copy, 700 with -p and the run's time, gave `t/deep` those where cp gives the source's). Times
+    /// last: writing a directory's contents changes them.
+    private func finishDirectories() {
         for (path, mode) in directoriesToRestrict { chmod(path.cString, mode) }
         for (path, source, info, kept) in directoriesToFinish {
             setMetadata(path: path, source: source, info: info, isLink: false, keeping: kept)
         }
+        directoriesToRestrict.removeAll()
+        directoriesToFinish.removeAll()
     }
 
     /// Whether a write that failed with `error` ends the run, as its signal would end cp; then the walk
@@ -880,11 +891,6 @@ final class Copier: @unchecked Sendable {
             topLevelPair = (source, destination)
             foundCopyIntoItself = false
             operandMadeDirectory = false
-        } else if madeDirectories.contains(FileID(info)), let (topSource, topDestination) = topLevelPair {
-            // cp's words: the top-level names.
-            fail("cannot copy a directory, \(topSource.quoted), into itself, \(topDestination.quoted)")
-            foundCopyIntoItself = true
-            return
         }
         var existing = stat()
         var made = false
@@ -905,10 +911,16 @@ final class Copier: @unchecked Sendable {
             fail("cannot stat \(destination.quoted)", lookup)
             return
         }
-        if let earlier = earlierCopy(of: FileID(info), to: destination, topLevel: topLevel) {
-            // cp's three answers, in its order: the source is that copy, the destination is it (the same
-            // directory named twice otherwise than `isFirstMention` tells: `s/sub/.. s/.`, or by a bind
-            // mount; and `s/sub s/.` meets `s/./sub` in the tree), or another name for it would be made.
+        // A directory copied before (see `copiedDirectories`): an operand is remembered unless one is already,
+        // a directory met in a tree only looked up (`dcopy -r s/sub s d` copies `s/sub` to `d/sub` and then
+        // refuses `d/s/sub`; `dcopy -r s s/sub d` copies both).
+        let earlier = copiedDirectories[FileID(info)]
+        if topLevel && earlier == nil { copiedDirectories[FileID(info)] = destination }
+        if let earlier {
+            // cp's three answers, in its order: the source is that copy (a copy into itself), the destination
+            // is it (the same directory named twice otherwise than `isFirstMention` tells: `s/sub/.. s/.`, or
+            // by a bind mount; and `s/sub s/.` meets `s/./sub` in the tree), or another name for it would be
+            // made. The top-level names in the first two, as cp's.
             let (topSource, topDestination) = topLevelPair ?? (source, destination)
             if Self.isSameEntry(source, earlier) {
                 fail("cannot copy a directory, \(topSource.quoted), into itself, \(topDestination.quoted)")
@@ -935,8 +947,8 @@ final class Copier: @unchecked Sendable {
             made = true
             var new = stat()
             let madeFound = lstat(destination.cString, &new) == 0
-            if madeFound && new.st_dev == info.st_dev && !operandMadeDirectory {
-                madeDirectories.insert(FileID(new))
+            if madeFound && !operandMadeDirectory && copiedDirectories[FileID(new)] == nil {
+                copiedDirectories[FileID(new)] = destination
             }
             operandMadeDirectory = operandMadeDirectory || madeFound
             announce(source, destination)
@@ -990,19 +1002,6 @@ final class Copier: @unchecked Sendable {
             }
         }
         if options.preserve { directoriesToFinish.append((destination, source, info, inherited)) }
-    }
-
-    /// Where a directory was copied already, if it was, as cp tells: a directory named on the command line
-    /// is remembered with its destination, unless one is already (`dcopy -r s/sub s d` copies `s/sub` to
-    /// `d/sub` and then refuses `d/s/sub`; `dcopy -r s/ s/. d` refuses `d/.`); one met in a tree is only
-    /// looked up (`dcopy -r s s/sub d` copies both). cp refuses so as not to make a hard link to a
-    /// directory, which its `--preserve=links` would; it prints `will not create hard link` and goes on
-    /// with the rest. (An operand named twice by the same last component in the same directory is
-    /// `specified more than once` before it gets here: see ``isFirstMention(of:_:)``.)
-    private func earlierCopy(of directory: FileID, to destination: PathName, topLevel: Bool) -> PathName? {
-        if let earlier = operandDirectories[directory] { return earlier }
-        if topLevel { operandDirectories[directory] = destination }
-        return nil
     }
 
     /// Whether two paths name one directory entry, as gnulib's `same_name` tells: the same last component

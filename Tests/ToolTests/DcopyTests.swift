@@ -567,7 +567,8 @@ struct DcopyTests {
     // A directory named on the command line is copied once: met again by another path, as an operand or in a
     // tree, it is refused in cp's words and the rest goes on (exit status 1), where dcopy copied it twice;
     // met again at the same destination entry, it is cp's warning, status 0 (helper-60: `s/sub/.. s/.`,
-    // and `s/sub s/.`, whose tree meets `s/./sub`). One met first in a tree and then named is copied both
+    // and `s/sub s/.`, whose tree meets `s/./sub`); an operand that is an earlier one's copy is refused too
+    // (helper-61: `s t/s/.` copied `t/s` into `t`, status 0). One met first in a tree and then named is copied both
     // times, as by cp (only operands are remembered). With -v and -p too: no line for the refused one, and
     // the copies' modes as cp's. (The -v lines sorted: each side's tree is made anew, and on ext4 a new
     // directory's inode may come before or after a file's, which orders the walk of both tools.)
@@ -575,12 +576,12 @@ struct DcopyTests {
         try inScratch { scratch in
             let result = try both(
                 scratch,
-                setup: "mkdir -p s/sub/deep t1 t2 t3 t4 t5 t6 t7 t8; printf a > s/sub/a; printf d > s/sub/deep/d; "
+                setup: "mkdir -p s/sub/deep t1 t2 t3 t4 t5 t6 t7 t8 t9; printf a > s/sub/a; printf d > s/sub/deep/d; "
                     + "printf g > s/g; chmod 750 s/sub",
                 "%cp -r s/sub s t1; echo $?; %cp -r s/ s/. t2; echo $?; %cp -r s/sub/.. s t3; echo $?; "
                     + "%cp -r s s/sub t4; echo $?; %cp -rv s/sub/deep s t5 | sort; echo ${PIPESTATUS[0]}; "
                     + "%cp -rp s/sub s t6; echo $?; %cp -r s/sub/.. s/. t7; echo $?; "
-                    + "%cp -rv s/sub s/. t8 | sort; echo ${PIPESTATUS[0]}",
+                    + "%cp -rv s/sub s/. t8 | sort; echo ${PIPESTATUS[0]}; %cp -r s t9/s/. t9; echo $?",
                 check: Self.listing
             )
             #expect(
@@ -595,16 +596,19 @@ struct DcopyTests {
     // A source in the target is read once the copies before it have ended, as cp reads it after copying the
     // earlier operands: `t/sub/deep`, being filled by the first operand's copies, came out in `t/deep` with 8
     // of its 200 files (helper-60), status 0. Also a source named before the operand that makes it, and one
-    // whose directories an earlier operand made: `t4/s/sub/deep` is no copy into itself (helper-60).
+    // whose directories an earlier operand made: `t4/s/sub/deep` is no copy into itself (helper-60). The
+    // directories read are finished, as cp's are by then: their mode, and with -p their times, the source's
+    // (helper-61: 755 where cp gives 555, and with -p 700 and the run's time).
     @Test func aSourceInTheTargetIsReadOnceEarlierCopiesHaveEnded() throws {
         try inScratch { scratch in
             let result = try both(
                 scratch,
-                setup: "mkdir -p s/sub/deep t1 t2 t3; for i in $(seq 60); do echo $i > s/sub/deep/f$i; "
-                    + "echo $i > s/sub/g$i; done",
+                setup: "mkdir -p s/sub/deep t1 t2 t3 t5; for i in $(seq 60); do echo $i > s/sub/deep/f$i; "
+                    + "echo $i > s/sub/g$i; done; chmod 555 s/sub/deep; touch -d 2001-01-01 s/sub/deep s/sub",
                 "%cp -r s/sub t1/sub/deep t1; echo $?; %cp -r s/sub t2/sub t2/sub/deep t2; echo $?; "
-                    + "%cp -r t3/sub/deep s/sub t3; echo $?; mkdir t4; %cp -r s t4/s/sub t4; echo $?",
-                check: Self.listing
+                    + "%cp -r t3/sub/deep s/sub t3; echo $?; mkdir t4; %cp -r s t4/s/sub t4; echo $?; "
+                    + "%cp -rp s/sub t5/sub/deep t5; echo $?",
+                check: Self.listing + "; stat -c '%n %a %Y' t5/deep t5/sub/deep t5/sub"
             )
             #expect(result.oursCheck.text.contains("./t1/deep/f59 file"))
             expectSame(result)
