@@ -334,11 +334,33 @@ package final class IOEngine: Sendable {
         refusingMagicLinks: Bool = false,
         then handler: @escaping CompletionHandler
     ) -> OperationID {
+        openat(
+            directory,
+            path: CPath(path),
+            flags: flags,
+            permissions: permissions,
+            refusingMagicLinks: refusingMagicLinks,
+            then: handler
+        )
+    }
+
+    /// ``openat(_:path:flags:permissions:refusingMagicLinks:then:)`` of a path already copied for the kernel,
+    /// which one caller can share between its requests (`dcopy -r` names a file by one name in both
+    /// directories, and in its `statx`).
+    @discardableResult
+    package func openat(
+        _ directory: CInt = AT_FDCWD,
+        path: CPath,
+        flags: CInt,
+        permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead],
+        refusingMagicLinks: Bool = false,
+        then handler: @escaping CompletionHandler
+    ) -> OperationID {
         let how = refusingMagicLinks ? OpenHow(flags: flags | O_CLOEXEC, mode: permissions.rawValue) : nil
         return backend.submit(
             .openat(
                 dirfd: directory,
-                path: CPath(path),
+                path: path,
                 flags: flags | O_CLOEXEC,
                 mode: permissions.rawValue,
                 how: how

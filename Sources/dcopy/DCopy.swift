@@ -214,7 +214,7 @@ struct FileLocation: Sendable {
     let directories: DirectoryPair?
     let name: PathName
     /// `name` copied once for the kernel, where the file is named in its directories: the source's `statx`
-    /// and both opens of its copy take it (see ``sourcePath(_:)``). The walker makes it; each of those
+    /// and both opens of its copy take it (see ``source(_:)``). The walker makes it; each of those
     /// requests used to make its own on the ring thread, through a `FilePath`.
     private let kernelName: CPath?
 
@@ -235,23 +235,15 @@ struct FileLocation: Sendable {
     /// descriptor, and the copy need not keep both files open for it (see `FileCopy.setsMetadataByName`).
     var privateDestination: FileOwner? { directories?.privateOwner }
 
-    /// The source: a directory descriptor (`AT_FDCWD` without a pair) and the path relative to it.
-    func source(_ path: PathName) -> (CInt, FilePath) {
-        directories.map { ($0.source, name.filePath) } ?? (AT_FDCWD, path.filePath)
-    }
-
-    func destination(_ path: PathName) -> (CInt, FilePath) {
-        directories.map { ($0.destination, name.filePath) } ?? (AT_FDCWD, path.filePath)
-    }
-
-    /// ``source(_:)`` copied for the kernel, for the engine's calls that take it that way.
-    func sourcePath(_ path: PathName) -> (CInt, CPath) {
+    /// The source, for the engine's calls: a directory descriptor (`AT_FDCWD` without a pair) and the path
+    /// relative to it, copied for the kernel (the name's copy made once, see ``kernelName``).
+    func source(_ path: PathName) -> (CInt, CPath) {
         if let directories, let kernelName { return (directories.source, kernelName) }
         return (AT_FDCWD, CPath(path.filePath))
     }
 
-    /// ``destination(_:)`` copied for the kernel.
-    func destinationPath(_ path: PathName) -> (CInt, CPath) {
+    /// The destination, as ``source(_:)``.
+    func destination(_ path: PathName) -> (CInt, CPath) {
         if let directories, let kernelName { return (directories.destination, kernelName) }
         return (AT_FDCWD, CPath(path.filePath))
     }
@@ -709,12 +701,6 @@ final class Copier: @unchecked Sendable {
     func fileAnnounced(_ place: Int, source: PathName, destination: PathName) {
         guard options.verbose else { return }
         messages.announce(place, line: verboseLine(source, destination))
-    }
-
-    /// A file copy ended: its errors, if any, go out in its place, and mark the exit status.
-    func fileEnded(_ place: Int, errors: [String]) {
-        if !errors.isEmpty { failed.withLock { $0 = true } }
-        messages.fill(place, line: nil, errors: errors)
     }
 
     private func verboseLine(_ source: PathName, _ destination: PathName) -> String {
@@ -1220,9 +1206,11 @@ final class Copier: @unchecked Sendable {
         FileCopy(copier: self, file: file).start()
     }
 
-    /// A file's copy has ended, its messages posted: the next file waiting starts (once per file, on the
-    /// thread the copy ended on).
-    func copyEnded(_ file: PendingFile) {
+    /// A file's copy has ended (once per file, on the thread it ended on): its errors, if any, go out in its
+    /// place and mark the exit status, and the next file waiting starts.
+    func copyEnded(_ file: PendingFile, errors: [String]) {
+        if !errors.isEmpty { failed.withLock { $0 = true } }
+        messages.fill(file.place, line: nil, errors: errors)
         inUse.withLock { $0.remove(file.inUse) }
         let (next, wakeWalker) = files.withLock { backlog -> (PendingFile?, Bool) in
             let next = backlog.next()

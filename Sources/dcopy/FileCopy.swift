@@ -23,7 +23,7 @@ private let seekHole: CInt = 4  // SEEK_HOLE
 /// with `ftruncate` at the end. Then `-p` metadata, and `close` of both through the ring.
 final class FileCopy: @unchecked Sendable {
     private let copier: Copier
-    /// The file as the walk found it; its copier is told when this copy has ended (``Copier/copyEnded(_:)``).
+    /// The file as the walk found it; its copier is told when this copy has ended (``Copier/copyEnded(_:errors:)``).
     private let file: PendingFile
     private var source: PathName { file.source }
     private var destination: PathName { file.destination }
@@ -136,7 +136,7 @@ final class FileCopy: @unchecked Sendable {
             if pending.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { open() }
         }
         statSource(then: arrived)
-        let (destinationDirectory, destinationPath) = location.destinationPath(destination)
+        let (destinationDirectory, destinationPath) = location.destination(destination)
         engine.stat(destinationDirectory, path: destinationPath) { [self] result in
             lock.withLock { destinationInfo = result }
             arrived()
@@ -145,7 +145,7 @@ final class FileCopy: @unchecked Sendable {
 
     /// Takes the source's status through the ring, then runs `next` on the ring thread.
     private func statSource(then next: @escaping @Sendable () -> Void) {
-        let (directory, path) = location.sourcePath(source)
+        let (directory, path) = location.source(source)
         engine.stat(directory, path: path) { [self] result in
             lock.withLock {
                 switch result {
@@ -245,13 +245,13 @@ final class FileCopy: @unchecked Sendable {
     /// than through both files kept open (an `IORING_OP_FIXED_FD_INSTALL` for each, and their closes through
     /// the ring afterwards). 10,000 files of 4 KiB with `-rp` took 1.11x cp's time the other way.
     private var setsMetadataByName: Bool {
-        copier.options.preserve && location.privateDestination != nil && location.directories != nil
+        copier.options.preserve && location.privateDestination != nil
     }
 
     /// Copies a small file in one submission; the steps and the messages are the channel path's.
     private func copyWhole(_ info: FileStatus) {
-        let (sourceDirectory, sourcePath) = location.sourcePath(source)
-        let (destinationDirectory, destinationPath) = location.destinationPath(destination)
+        let (sourceDirectory, sourcePath) = location.source(source)
+        let (destinationDirectory, destinationPath) = location.destination(destination)
         IOChannel.copySmallFile(
             from: sourcePath,
             in: sourceDirectory,
@@ -284,8 +284,7 @@ final class FileCopy: @unchecked Sendable {
                 }
             case .copied:
                 copier.meter?.add(Int(info.size))
-                copier.fileEnded(place, errors: [])
-                copier.copyEnded(file)
+                copier.copyEnded(file, errors: [])
             case .copiedOpen(let sourceFD, let destinationFD):
                 copier.meter?.add(Int(info.size))
                 lock.withLock {
@@ -313,8 +312,7 @@ final class FileCopy: @unchecked Sendable {
                 // no message.
                 let ends = step == .write && copier.endRun(after: failure)
                 queue.async { [self] in
-                    copier.fileEnded(place, errors: ends ? [] : [message(step, failure)])
-                    copier.copyEnded(file)
+                    copier.copyEnded(file, errors: ends ? [] : [message(step, failure)])
                 }
             }
         }
@@ -780,8 +778,7 @@ final class FileCopy: @unchecked Sendable {
         }
         let descriptors = [sourceFD, destinationFD].filter { $0 >= 0 }
         guard !descriptors.isEmpty else {
-            copier.fileEnded(place, errors: failure.map { [$0] } ?? [])
-            return copier.copyEnded(file)
+            return copier.copyEnded(file, errors: failure.map { [$0] } ?? [])
         }
         // The file's messages wait for both closes: a close can fail (EIO from a network file system's
         // write-back), which cp reports as `failed to close`, the destination's then the source's, after
@@ -803,8 +800,7 @@ final class FileCopy: @unchecked Sendable {
                 // The completion only frees a slot (a semaphore signal and a group leave), so it runs
                 // straight from the last close's completion instead of taking a hop through the queue.
                 if let ended {
-                    copier.fileEnded(place, errors: ended)
-                    copier.copyEnded(file)
+                    copier.copyEnded(file, errors: ended)
                 }
             }
         }
