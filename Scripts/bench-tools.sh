@@ -1,20 +1,18 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark of dcat and dcopy against cat and cp (and the toolchain's DispatchIO on a pipe).
 #
-# Warm page cache; each case runs the peer and ours in alternating hyperfine blocks (A B A B ...: this
-# machine drifts), the start-up cases 300 single runs of each side in turn, then prints the medians, the
-# ratio ours/peer, the target from issue 7 and the peak RSS of each side (/usr/bin/time -f %M). Inputs
-# and outputs live in $BENCH_DIR, made once; by default on tmpfs (/dev/shm) when there is one, so that
-# both sides measure the copy and not the disk's writeback of the previous run's gigabyte (on this
-# machine's ext4, `cp -r` of 10,000 small files swung from 0.6 to 1.9 s with the journal; on tmpfs it
-# takes the 75-80 ms the issue quotes). About 4 GiB of memory.
-# Usage: bash Scripts/bench-tools.sh [ROUNDS] (default 3 blocks of 5 runs per side; the start-up cases
+# Warm page cache; each case runs the peer and ours one run at a time, in turn (see in_turn), then prints
+# the medians, the ratio ours/peer, the target from issue 7 and the peak RSS of each side
+# (/usr/bin/time -f %M). Inputs and outputs live in $BENCH_DIR, made once; by default on tmpfs (/dev/shm)
+# when there is one, so that both sides measure the copy and not the disk's writeback of the previous run's
+# gigabyte (on this machine's ext4, `cp -r` of 10,000 small files swung from 0.6 to 1.9 s with the journal;
+# on tmpfs it takes the 75-80 ms the issue quotes). About 4 GiB of memory.
+# Usage: bash Scripts/bench-tools.sh [ROUNDS] (default 3: 15 runs per side and case; the start-up cases
 # always run 300 times per side).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rounds=${1:-3}
-runs=5
 if [ -z "${BENCH_DIR:-}" ] && [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ]; then
     work=/dev/shm/bench-tools
 else
@@ -22,7 +20,6 @@ else
 fi
 mkdir -p "$work"
 
-command -v hyperfine >/dev/null || { apt-get update -qq && apt-get install -y -qq hyperfine; }
 [ -x /usr/bin/time ] || { apt-get update -qq && apt-get install -y -qq time; }
 
 swift build -c release --product dcat >&2
@@ -98,46 +95,53 @@ cat "$work/big" > /dev/null
 find "$work/small" "$work/mid" "$work/tree" -type f -exec cat {} + > /dev/null
 
 results=$(mktemp)
-trap 'rm -f "$results" "$work"/*.json' EXIT
-
-# median_ms JSON...: the median of every run in the given hyperfine exports, in milliseconds.
-median_ms() {
-    python3 - "$@" <<'EOF'
-import json, statistics, sys
-times = []
-for path in sys.argv[1:]:
-    for result in json.load(open(path))["results"]:
-        times += result["times"]
-print(f"{statistics.median(times) * 1000:.3f}")
-EOF
-}
+trap 'rm -f "$results"' EXIT
 
 # peak_kib COMMAND: peak resident set of one run, in KiB (the shell's own is smaller than any of these).
 peak_kib() {
     /usr/bin/time -f %M bash -c "$1" 2>&1 >/dev/null | tail -1
 }
 
-# bench NAME TARGET PREPARE PEER OURS [hyperfine options]
+# in_turn PREPARE WARMUP COUNT PEER OURS: the median milliseconds of each side, as two words. The sides run
+# one at a time, in turn (A B, B A, A B, ...: neither always goes first), each run after PREPARE (not timed),
+# without a shell, with nothing on standard input and output and errors dropped; the first WARMUP turns are
+# not counted. In turn, not in blocks: this host alternates between spells where a program's threads run at
+# once and spells where they wait on each other, lasting about as long as a block of five runs. cat and cp,
+# with one thread, hardly feel them; a block of ours landed in one or the other, so dcat of the small files
+# read 0.55 or 0.95 of cat in hyperfine's alternating blocks with dcat unchanged, where runs in turn spread
+# the spells over both sides alike.
+in_turn() {
+    python3 - "$@" << 'PYTHON'
+import os, shlex, statistics, subprocess, sys, time
+
+prepare, warmup, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+commands = [shlex.split(argument) for argument in sys.argv[4:6]]
+null = os.open("/dev/null", os.O_RDWR)
+quiet = [(os.POSIX_SPAWN_DUP2, null, fd) for fd in (0, 1, 2)]
+times = ([], [])
+for turn in range(warmup + count):
+    for side in (turn % 2, 1 - turn % 2):
+        if prepare != "true":
+            subprocess.run(prepare, shell=True, check=True)
+        start = time.perf_counter()
+        pid = os.posix_spawnp(commands[side][0], commands[side], os.environ, file_actions=quiet)
+        _, status = os.waitpid(pid, 0)
+        elapsed = time.perf_counter() - start
+        if os.waitstatus_to_exitcode(status) != 0:
+            sys.exit(f"in_turn: {shlex.join(commands[side])} failed")
+        if turn >= warmup:
+            times[side].append(elapsed)
+print(" ".join(f"{statistics.median(side) * 1000:.3f}" for side in times))
+PYTHON
+}
+
+# bench NAME TARGET PREPARE PEER OURS: a case, ROUNDS x 5 runs of each side in turn after one warm-up turn.
 bench() {
-    local name=$1 target=$2 prepare=$3 peer=$4 ours=$5
-    shift 5
-    local peers=() ourss=()
-    for round in $(seq 1 "$rounds"); do
-        hyperfine -N --style none --warmup 1 --runs $runs --prepare "$prepare" "$@" \
-            --export-json "$work/peer$round.json" "$peer" > /dev/null 2>&1 ||
-            hyperfine --style none --warmup 1 --runs $runs --prepare "$prepare" "$@" \
-                --export-json "$work/peer$round.json" "$peer" > /dev/null
-        hyperfine -N --style none --warmup 1 --runs $runs --prepare "$prepare" "$@" \
-            --export-json "$work/ours$round.json" "$ours" > /dev/null 2>&1 ||
-            hyperfine --style none --warmup 1 --runs $runs --prepare "$prepare" "$@" \
-                --export-json "$work/ours$round.json" "$ours" > /dev/null
-        peers+=("$work/peer$round.json")
-        ourss+=("$work/ours$round.json")
-    done
-    local peerms oursms
-    peerms=$(median_ms "${peers[@]}")
-    oursms=$(median_ms "${ourss[@]}")
-    report "$name" "$target" "$prepare" "$peer" "$ours" "$peerms" "$oursms"
+    local medians
+    medians=$(in_turn "$3" 1 $((rounds * 5)) "$4" "$5")
+    # Two words, the peer's median and ours.
+    # shellcheck disable=SC2086
+    report "$1" "$2" "$3" "$4" "$5" $medians
 }
 
 # report NAME TARGET PREPARE PEER OURS PEER_MS OURS_MS: the case's row, with each side's peak RSS.
@@ -152,44 +156,20 @@ report() {
         "$(python3 -c "print(f'{$oursms / $peerms:.2f}')")" "$target" "$peerrss" "$ourrss" | tee -a "$results" >&2
 }
 
-# bench_start NAME TARGET PEER OURS: a start-up case, a millisecond or two per run, where one swing of the
-# host swamps a block of hyperfine's five runs. Each side runs 300 times, in turn with the other (A B, B A,
-# A B, ...: neither always goes first), without a shell, and the medians are compared. In hyperfine's
-# blocks dcat of an empty file read 2.19 ms against cat's 1.17, where 600 runs in turn read 1.66 and 1.29.
+# bench_start NAME TARGET PEER OURS: a start-up case, a millisecond or two per run, where any swing of the
+# host shows: 300 runs of each side in turn after ten warm-up turns. In hyperfine's blocks dcat of an empty
+# file read 2.19 ms against cat's 1.17, where 600 runs in turn read 1.66 and 1.29.
 bench_start() {
-    local name=$1 target=$2 peer=$3 ours=$4
     local medians
-    medians=$(
-        python3 - "$peer" "$ours" << 'PYTHON'
-import os, shlex, statistics, sys, time
-
-commands = [shlex.split(argument) for argument in sys.argv[1:]]
-null = os.open("/dev/null", os.O_RDWR)
-# As hyperfine runs them: nothing on standard input, output and errors dropped.
-quiet = [(os.POSIX_SPAWN_DUP2, null, fd) for fd in (0, 1, 2)]
-times = ([], [])
-for turn in range(10 + 300):
-    for side in (turn % 2, 1 - turn % 2):
-        start = time.perf_counter()
-        pid = os.posix_spawnp(commands[side][0], commands[side], os.environ, file_actions=quiet)
-        _, status = os.waitpid(pid, 0)
-        elapsed = time.perf_counter() - start
-        if os.waitstatus_to_exitcode(status) != 0:
-            sys.exit(f"bench_start: {shlex.join(commands[side])} failed")
-        if turn >= 10:  # the first ten turns warm up
-            times[side].append(elapsed)
-print(" ".join(f"{statistics.median(side) * 1000:.3f}" for side in times))
-PYTHON
-    )
-    # Two words, the peer's median and ours.
+    medians=$(in_turn true 10 300 "$3" "$4")
     # shellcheck disable=SC2086
-    report "$name" "$target" true "$peer" "$ours" $medians
+    report "$1" "$2" true "$3" "$4" $medians
 }
 
 dst=$work/dst
 clean="rm -rf $dst"
 
-# hyperfine -N runs a command without a shell; the pipe and redirection cases need one (the same for both).
+# Commands run without a shell; the pipe and redirection cases need one (the same for both).
 bench "dcat 1 GiB > /dev/null (vs cat)" "<= 1.10" true \
     "bash -c 'cat $work/big > /dev/null'" "bash -c '$dcat $work/big > /dev/null'"
 bench "dcat 1 GiB > file (vs cat)" "<= 0.80" "$clean" \
