@@ -949,10 +949,10 @@ struct DcatTests {
 
     /// At its limit of processes and threads (`ulimit -u`), dcat cannot run, and it stops with the reason
     /// instead of hanging. As a user of its own (uid 60999, with no other process), `ulimit -u 2` leaves
-    /// room for the main thread and one more: the io_uring engine starts its thread, and then no worker can
-    /// be started for the read's handler; the POSIX engine cannot start its second thread. Before, the
-    /// handler waited for a worker forever (the run timed out), and a thread the engine could not start
-    /// killed the process with a bare SIGILL, its message lost in the optimised build.
+    /// room for the main thread and one more: the engine starts its thread (io_uring's, or the POSIX
+    /// engine's first), and then no worker can be started for the read's handler. Before, the handler
+    /// waited for a worker forever (the run timed out), and a thread the engine could not start killed the
+    /// process with a bare SIGILL, its message lost in the optimised build.
     @Test func aThreadLimitStopsItWithTheReason() throws {
         try inScratch { scratch in
             let drop = isRoot ? "setpriv --reuid=60999 --regid=60999 --clear-groups" : ""
@@ -962,6 +962,21 @@ struct DcatTests {
             #expect(outcome.stderr.contains("Fatal error: cannot start "))
             #expect(outcome.stderr.contains("(pthread_create: Resource temporarily unavailable)"))
             #expect(outcome.stderr.contains("ulimit -u"))
+        }
+    }
+
+    /// With room for three threads (`ulimit -u 3`, as a user with no other process), the POSIX engine runs
+    /// with the one pool thread it could start beside the main thread and a worker: it stopped the process
+    /// when it could not start its second of four, where cat, with one thread, runs.
+    @Test func thePOSIXEngineRunsWithThePoolThreadsItCanStart() throws {
+        try inScratch { scratch in
+            let drop = isRoot ? "setpriv --reuid=60999 --regid=60999 --clear-groups" : ""
+            let outcome = try scratch.run(
+                "head -c 300000 /dev/urandom > f; chmod 644 f; cat f f > expected; "
+                    + "\(drop) bash -c 'ulimit -u 3; DISPATCH_ENGINE=posix exec \"$DCAT\" f - < f' > out; "
+                    + "echo $?; cmp expected out && echo same"
+            )
+            #expect(outcome.text == "0\nsame\n", "\(outcome.stderr)")
         }
     }
 

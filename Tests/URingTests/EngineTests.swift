@@ -20,6 +20,24 @@ struct EngineTests {
         }
     }
 
+    /// The engine's threads take 1 MiB of address space for their stacks, not the default 8 (`RLIMIT_STACK`):
+    /// under `ulimit -v` the POSIX engine's six default stacks were 48 of dcat's 70 MB (helper-62, helper-63).
+    @Test(arguments: EngineKind.allCases)
+    func completionsRunOnThreadsWithTheEnginesStackSize(kind: EngineKind) async throws {
+        try await withEngine(kind) { engine in
+            // An address on the stack of the thread the completion runs on, which the engine keeps.
+            let address = await awaitCallback(orElse: UInt(0)) { deliver in
+                _ = engine.nop { _ in
+                    var local = 0
+                    withUnsafeMutablePointer(to: &local) { deliver(UInt(bitPattern: $0)) }
+                }
+            }
+            // The stack's mapping, below its guard page.
+            let size = try #require(mapping(containing: address))
+            #expect(size > 0 && size <= engineThreadStackSize, "\(size) bytes")
+        }
+    }
+
     @Test(arguments: EngineKind.allCases)
     func fileWriteAndReadAtOffsets(kind: EngineKind) async throws {
         let dir = TemporaryDirectory()
@@ -1206,4 +1224,23 @@ enum Thread {
         )
         pthread_detach(thread)
     }
+}
+
+/// The size of the mapping of this process that holds `address`, from `/proc/self/maps`; nil if none does.
+private func mapping(containing address: UInt) -> Int? {
+    let fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var bytes: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 1 << 16)
+    while true {
+        let count = read(fd, &chunk, chunk.count)
+        guard count > 0 else { break }
+        bytes += chunk[..<count]
+    }
+    for line in String(decoding: bytes, as: UTF8.self).split(separator: "\n") {
+        let range = line.prefix { $0 != " " }.split(separator: "-").compactMap { UInt($0, radix: 16) }
+        if range.count == 2 && range[0] <= address && address < range[1] { return Int(range[1] - range[0]) }
+    }
+    return nil
 }

@@ -83,8 +83,13 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
         pthread_cond_init(timersChanged, &attributes)
         pthread_condattr_destroy(&attributes)
-        var started: [pthread_t] = []
-        for _ in 0..<Self.poolSize { started.append(spawn { $0.poolLoop() }) }
+        var started = [spawn { $0.poolLoop() }]
+        for _ in 1..<Self.poolSize {
+            // Past the first, a thread the process cannot start (at its limit of threads or of address
+            // space) leaves the pool smaller instead of stopping the process: fewer calls run at once.
+            guard case .success(let thread) = startThread({ $0.poolLoop() }) else { break }
+            started.append(thread)
+        }
         // The reactor comes with the first wait: made here, it took three of the descriptors a process near
         // its limit needs for its files (at `ulimit -n 6`, dcat could open none).
         lock.withLock { threads = started }
@@ -131,22 +136,32 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         }
     }
 
+    /// Starts a thread running `body`; stops the process when it cannot.
     private func spawn(_ body: @escaping (POSIXBackend) -> Void) -> pthread_t {
-        let context = Unmanaged.passRetained(ThreadStart(self, body)).toOpaque()
+        switch startThread(body) {
+        case .success(let thread): return thread
+        case .failure(let error): cannotStartThread("a thread of the POSIX engine", error: error.rawValue)
+        }
+    }
+
+    private func startThread(_ body: @escaping (POSIXBackend) -> Void) -> Result<pthread_t, Errno> {
+        let start = Unmanaged.passRetained(ThreadStart(self, body))
         var thread = pthread_t()
-        let rc = pthread_create(
+        let rc = startEngineThread(
             &thread,
-            nil,
             { context in
                 let start = Unmanaged<ThreadStart>.fromOpaque(context!).takeRetainedValue()
                 blockWriteSignalsInThisThread()
                 start.body(start.backend)
                 return nil
             },
-            context
+            start.toOpaque()
         )
-        if rc != 0 { cannotStartThread("a thread of the POSIX engine", error: rc) }
-        return thread
+        guard rc == 0 else {
+            start.release()
+            return .failure(Errno(rawValue: rc))
+        }
+        return .success(thread)
     }
 
     // MARK: Submission

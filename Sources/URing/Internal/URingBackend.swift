@@ -287,9 +287,8 @@ final class URingBackend: EngineBackend, @unchecked Sendable {
     private func startThread() {
         let context = Unmanaged.passRetained(self).toOpaque()
         var thread = pthread_t()
-        let rc = pthread_create(
+        let rc = startEngineThread(
             &thread,
-            nil,
             { context in
                 let backend = Unmanaged<URingBackend>.fromOpaque(context!).takeRetainedValue()
                 backend.run()
