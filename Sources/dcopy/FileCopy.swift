@@ -460,14 +460,17 @@ final class FileCopy: @unchecked Sendable {
 
     // MARK: Data
 
-    /// Moves `next`/`extentEnd` to the data extent at or after `offset`. Lock held.
+    /// Moves `next`/`extentEnd` to the data extent at or after `offset`. Lock held. The holes it skips count
+    /// as copied for `--progress`, whose total is the files' sizes: a sparse file's bar ended at 0 % (helper-63).
     private func findExtent(from offset: Int64) {
         let start = lseek(sourceFD, off_t(offset), seekData)
         if start < 0 && errno == ENXIO {
             // No data after `offset`: the rest is a hole that ftruncate makes.
             reachedEnd = true
+            if let size, size > offset { copier.meter?.add(Int(size - offset)) }
             return
         }
+        if start > offset { copier.meter?.add(Int(Int64(start) - offset)) }
         if start < 0 {
             // The file system cannot tell (EINVAL: a procfs file whose size says 498 bytes in 0 blocks,
             // /proc/cmdline): the rest is copied whole, as cp copies it. Taken as no data, the copy was the

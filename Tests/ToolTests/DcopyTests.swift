@@ -52,6 +52,31 @@ struct DcopyTests {
         #expect(result.oursCheck.status == result.theirsCheck.status)
     }
 
+    /// `--progress` on a terminal ends at 100 % for a sparse file: its total is the file's size, and the holes
+    /// the copy skips count as copied. It ended at `0% 4.0 KiB / 64.0 MiB` (helper-63).
+    @Test func progressCountsASparseFilesHoles() throws {
+        try inScratch { scratch in
+            _ = try scratch.run(
+                "truncate -s 64M sp; printf data | dd of=sp bs=1 seek=33554432 conv=notrunc 2>/dev/null"
+            )
+            let (master, slave) = try openPseudoTerminal()
+            defer { close(master) }
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Tools.dcopy)
+            process.arguments = ["--progress", scratch.path + "/sp", scratch.path + "/out"]
+            process.standardError = FileHandle(fileDescriptor: slave, closeOnDealloc: false)
+            try process.run()
+            close(slave)
+            var output = Data()
+            let finished = readOutput(master, into: &output) { String(decoding: $0, as: UTF8.self).hasSuffix("\r\n") }
+            process.waitUntilExit()
+            let bar = String(decoding: output, as: UTF8.self).split(separator: "\r").last { !$0.hasPrefix("\n") }
+            #expect(finished && process.terminationStatus == 0)
+            #expect(bar?.contains("] 100% 64.0 MiB / 64.0 MiB ") == true, "\(String(describing: bar))")
+            #expect(try scratch.run("cmp sp out && du -k out | cut -f1").text == "4\n")
+        }
+    }
+
     @Test func singleFileBytesAndMode() throws {
         try inScratch { scratch in
             let result = try both(
