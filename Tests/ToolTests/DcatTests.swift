@@ -949,14 +949,18 @@ struct DcatTests {
 
     /// At its limit of processes and threads (`ulimit -u`), dcat cannot run, and it stops with the reason
     /// instead of hanging. As a user of its own (uid 60999, with no other process), `ulimit -u 2` leaves
-    /// room for the main thread and one more: the engine starts its thread (io_uring's, or the POSIX
-    /// engine's first), and then no worker can be started for the read's handler. Before, the handler
-    /// waited for a worker forever (the run timed out), and a thread the engine could not start killed the
-    /// process with a bare SIGILL, its message lost in the optimised build.
-    @Test func aThreadLimitStopsItWithTheReason() throws {
+    /// room for the main thread and one more: the io_uring engine starts its thread, and then no worker can
+    /// be started for the read's handler; at `ulimit -u 1` the POSIX engine cannot start its first thread.
+    /// Before, the handler waited for a worker forever (the run timed out), and a thread the engine could
+    /// not start killed the process with a bare SIGILL, its message lost in the optimised build.
+    @Test(arguments: [("uring", 2), ("posix", 1)])
+    func aThreadLimitStopsItWithTheReason(engine: String, threads: Int) throws {
         try inScratch { scratch in
             let drop = isRoot ? "setpriv --reuid=60999 --regid=60999 --clear-groups" : ""
-            let outcome = try scratch.run("printf x > f; chmod 644 f; \(drop) bash -c 'ulimit -u 2; exec \"$DCAT\" f'")
+            let outcome = try scratch.run(
+                "printf x > f; chmod 644 f; "
+                    + "\(drop) bash -c 'ulimit -u \(threads); DISPATCH_ENGINE=\(engine) exec \"$DCAT\" f'"
+            )
             #expect(outcome.status != 124, "timed out")
             #expect(outcome.status > 128)
             #expect(outcome.stderr.contains("Fatal error: cannot start "))
@@ -967,7 +971,8 @@ struct DcatTests {
 
     /// With room for three threads (`ulimit -u 3`, as a user with no other process), the POSIX engine runs
     /// with the one pool thread it could start beside the main thread and a worker: it stopped the process
-    /// when it could not start its second of four, where cat, with one thread, runs.
+    /// when it could not start its second of four, where cat, with one thread, runs. (At `ulimit -u 2` a
+    /// small file alone, whose read completes on the pool thread, now runs too.)
     @Test func thePOSIXEngineRunsWithThePoolThreadsItCanStart() throws {
         try inScratch { scratch in
             let drop = isRoot ? "setpriv --reuid=60999 --regid=60999 --clear-groups" : ""
