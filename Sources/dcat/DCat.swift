@@ -406,7 +406,11 @@ final class Concatenator: @unchecked Sendable {
                 }
             } else {
                 let report = streamWrites.withLock { $0.ended(sequence!, error: error) }
-                if let report { return queue.async { Concatenator.writeFailed(report) } }
+                // A UNIX-domain datagram or sequenced-packet socket whose peer has gone answers EPIPE
+                // without SIGPIPE: cat says `write error: Broken pipe`, status 1 (helper-64).
+                if let report {
+                    return queue.async { [joinsWrites] in Concatenator.writeFailed(report, signalled: joinsWrites) }
+                }
                 // A failure is reported once the writes before it have ended, by the last of them.
                 if error != nil { return }
             }
@@ -500,11 +504,12 @@ final class Concatenator: @unchecked Sendable {
 
     /// Standard output failed: a reader that went away ends the process quietly, as `cat` dies of
     /// `SIGPIPE`; any other error, and that one where SIGPIPE is ignored or blocked, is reported like cat's
-    /// `write error` and ends the process with status 1.
-    static func writeFailed(_ error: Errno) -> Never {
+    /// `write error` and ends the process with status 1. `signalled`: the output is one whose `EPIPE` the
+    /// kernel sends `SIGPIPE` with (not a datagram or sequenced-packet socket).
+    static func writeFailed(_ error: Errno, signalled: Bool = true) -> Never {
         // The channel reports EPIPE and EFBIG instead of letting SIGPIPE or SIGXFSZ end the process; cat
         // would have died of them.
-        WriteSignals.endAsTheKernelWould(after: error)
+        if signalled || error != .brokenPipe { WriteSignals.endAsTheKernelWould(after: error) }
         // The channel refuses a directory with EISDIR; a directory can only be open for reading, so cat's
         // write gets EBADF.
         printError("dcat: write error: \(describe(error == .isDirectory ? .badFileDescriptor : error))\n")

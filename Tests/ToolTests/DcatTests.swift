@@ -860,6 +860,36 @@ struct DcatTests {
         }
     }
 
+    // A sequenced-packet socket whose peer has gone answers a write with EPIPE and sends no SIGPIPE (the
+    // kernel sends it for pipes and stream sockets): cat says `write error: Broken pipe`, status 1, where
+    // dcat raised SIGPIPE itself and died of it (helper-64).
+    @Test func aSequencedPacketSocketWithoutPeerIsABrokenPipeWithoutSignal() throws {
+        try inScratch { scratch in
+            _ = try scratch.run("printf abc > f")
+            for engine in ["uring", "posix"] {
+                var ends: [CInt] = [-1, -1]
+                try #require(
+                    socketpair(AF_UNIX, CInt(SOCK_SEQPACKET.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0, &ends) == 0
+                )
+                close(ends[0])
+                defer { close(ends[1]) }
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: Tools.dcat)
+                process.arguments = [scratch.path + "/f"]
+                process.environment = ["DISPATCH_ENGINE": engine]
+                process.standardOutput = FileHandle(fileDescriptor: ends[1], closeOnDealloc: false)
+                let errors = Pipe()
+                process.standardError = errors
+                try process.run()
+                process.waitUntilExit()
+                let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                #expect(process.terminationReason == .exit, "\(engine): signal \(process.terminationStatus)")
+                #expect(process.terminationStatus == 1, "\(engine)")
+                #expect(message == "dcat: write error: Broken pipe\n", "\(engine)")
+            }
+        }
+    }
+
     // A TCP peer's reset fails the write under way with ECONNRESET and each later one with EPIPE; cat
     // reports the first, `write error: Connection reset by peer`, status 1. dcat's writes end on the threads
     // that complete them, and on the POSIX engine a later write's EPIPE was seen first: dcat died of SIGPIPE
