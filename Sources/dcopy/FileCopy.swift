@@ -470,7 +470,6 @@ final class FileCopy: @unchecked Sendable {
             if let size, size > offset { copier.meter?.add(Int(size - offset)) }
             return
         }
-        if start > offset { copier.meter?.add(Int(Int64(start) - offset)) }
         if start < 0 {
             // The file system cannot tell (EINVAL: a procfs file whose size says 498 bytes in 0 blocks,
             // /proc/cmdline): the rest is copied whole, as cp copies it. Taken as no data, the copy was the
@@ -480,6 +479,7 @@ final class FileCopy: @unchecked Sendable {
             extentEnd = size ?? Int64.max
             return
         }
+        if start > offset { copier.meter?.add(Int(Int64(start) - offset)) }
         let end = lseek(sourceFD, start, seekHole)
         next = Int64(start)
         extentEnd = end < 0 ? (size ?? Int64.max) : Int64(end)
