@@ -531,6 +531,12 @@ final class Copier: @unchecked Sendable {
     private var operandMadeDirectory = false
     /// How command-line sources are looked up (walker only).
     private var sourceLookup = SourceLookup()
+    /// The target directory that command-line sources are copied into under their own names, when its
+    /// names are plain ones (see ``namedFileLocation(_:)``). Set before the walk.
+    private var namedFilesTarget: PathName?
+    /// The directories of the last command-line file copied into ``namedFilesTarget``, held open while the
+    /// next ones share them (walker only).
+    private var namedFilesDirectories: (sourceParent: PathName, pair: DirectoryPair?)?
     /// Such a copy into itself was found: the walk of this top-level operand stops there, as cp's does.
     private var foundCopyIntoItself = false
     /// The process's umask, read once before any copy runs: reading it means setting it, and a file made
@@ -588,6 +594,7 @@ final class Copier: @unchecked Sendable {
         // A destination named by the command line, or made in a directory of descriptors (`dcopy 3
         // /dev/fd`), may name one of dcopy's own descriptors when it is opened.
         destinationsMayNameDescriptors = !targetIsDirectory || target.withCString { isKernelMadeFile(atPath: $0) }
+        if !destinationsMayNameDescriptors { namedFilesTarget = target }
         if sources.count > 1 && !targetIsDirectory {
             return fail("target \(target.quoted)", targetFound ? .notDirectory : Errno(rawValue: errno))
         }
@@ -631,6 +638,8 @@ final class Copier: @unchecked Sendable {
             let destination = targetIsDirectory ? target.appending(name) : target
             copy(source, to: destination, topLevel: true)
         }
+        // The copies still running hold the directories they use.
+        namedFilesDirectories = nil
         running.wait()
         finishDirectories()
     }
@@ -781,13 +790,30 @@ final class Copier: @unchecked Sendable {
             startFile(
                 source,
                 to: destination,
-                location: .paths,
+                location: topLevel ? namedFileLocation(source) : .paths,
                 destinationIsNew: destinationIsNew,
                 sourceFile: FileID(info),
                 sourceStatus: overwritesBefore.map { (info, $0) },
                 destinationStatus: destinationStatus
             )
         }
+    }
+
+    /// Where the ring finds a regular file named on the command line: in its directory and the target, by
+    /// its name, where it is copied into a target directory under its own name (`dcopy src/* dir`); by its
+    /// paths otherwise. The two directories are held open while the next operands share them, as a tree's
+    /// are (see ``DirectoryPair``): the source's `statx`, its open and the destination's create each look up
+    /// one name, not a whole path, as cp creates its copies through its descriptor of the target.
+    private func namedFileLocation(_ source: PathName) -> FileLocation {
+        let name = source.lastComponent
+        // The destination is `target/name` (copyAll), except for `..`, copied into the target itself.
+        guard let target = namedFilesTarget, !source.endsWithSlash, !name.isDotOrDotDot else { return .paths }
+        let parent = source.parent
+        if namedFilesDirectories?.sourceParent != parent {
+            namedFilesDirectories = (parent, DirectoryPair.open(parent, target, checkingPrivacy: false))
+        }
+        guard let pair = namedFilesDirectories?.pair else { return .paths }
+        return FileLocation(directories: pair, name: name)
     }
 
     /// Whether a command-line source is named for the first time; cp warns about a file or directory named

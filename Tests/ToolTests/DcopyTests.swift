@@ -115,6 +115,26 @@ struct DcopyTests {
         }
     }
 
+    /// Files named on the command line are found by the ring in their directory and the target, held open
+    /// while the next operands share them: operands from directories in turn (each change opens the next
+    /// pair), a bare name (`.`), links followed, the same name from two directories (cp will not overwrite
+    /// the copy it has just made), `-p` modes and times, and `-v`.
+    @Test func namedFilesFromDirectoriesInTurn() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir a b c d; head -c 70000 ../rand > a/x; printf y > b/y; head -c 3000 ../rand > c/x; "
+                    + "printf z > a/z; printf top > top; ln -s ../a/z b/l; chmod 640 b/y; "
+                    + "touch -d @1000000000 a/z",
+                "%cp -v a/x b/y top a/z b/l c/x d; %cp -p a/z b/y d/..//d/../d",
+                check: Self.listing + "; stat -c '%n %Y' d/z"
+            )
+            #expect(result.theirs.stderr.contains("will not overwrite just-created 'd/x' with 'c/x'"))
+            #expect(result.theirsCheck.text.contains("d/z 1000000000"))
+            expectSame(result)
+        }
+    }
+
     @Test func manySourcesNeedADirectory() throws {
         try inScratch { scratch in
             let result = try both(scratch, setup: "printf a > a; printf b > b", "%cp a b c", check: Self.listing)
