@@ -417,20 +417,33 @@ private func status(of path: PathName) -> Result<stat, Errno> {
 }
 
 /// `realpath` of command-line sources, where those named one after another in one directory (`dcopy src/*
-/// dir`) share their directory's: a source whose last component is no link then costs one `readlink`, where
-/// `realpath` took a `getcwd` and a `readlink` per component.
+/// dir`) share their directory's: a source whose last component is no link then costs one `readlinkat` of
+/// its name in the directory, held open (`O_PATH`) while the next sources share it, where `realpath` took a
+/// `getcwd` and a `readlink` per component. Call ``close()`` when done.
 struct ResolvedParent {
-    private var last: (path: PathName, resolved: PathName?)?
+    private var last: (path: PathName, resolved: PathName?, fd: CInt)?
 
     /// `source.resolved`, or nil when it cannot be resolved. `source` is not `.` or `..` itself.
     mutating func resolve(_ source: PathName) -> PathName? {
-        var byte: CChar = 0
-        guard !source.endsWithSlash, readlink(source.cString, &byte, 1) < 0, errno == EINVAL else {
-            return source.resolved
-        }
+        guard !source.endsWithSlash else { return source.resolved }
         let parent = source.parent
-        if last?.path != parent { last = (parent, parent.resolved) }
-        return last!.resolved?.appending(source.lastComponent)
+        if last?.path != parent {
+            close()
+            last = (parent, parent.resolved, open(parent.cString, openPath | O_DIRECTORY | O_CLOEXEC))
+        }
+        let name = source.lastComponent
+        var byte: CChar = 0
+        let fd = last!.fd
+        guard (fd >= 0 ? readlinkat(fd, name.cString, &byte, 1) : readlink(source.cString, &byte, 1)) < 0,
+            errno == EINVAL
+        else { return source.resolved }
+        return last!.resolved?.appending(name)
+    }
+
+    /// Lets go of the directory held.
+    mutating func close() {
+        if let fd = last?.fd, fd >= 0 { Glibc.close(fd) }
+        last = nil
     }
 }
 
@@ -530,13 +543,18 @@ final class Copier: @unchecked Sendable {
     /// The operand being walked has made a directory (see ``copiedDirectories``).
     private var operandMadeDirectory = false
     /// How command-line sources are looked up (walker only).
-    private var sourceLookup = SourceLookup()
+    private var sourceLookup = SourceLookup(holdsDirectory: Limits.openDirectories > 0)
     /// The target directory that command-line sources are copied into under their own names, when its
     /// names are plain ones (see ``namedFileLocation(_:)``). Set before the walk.
     private var namedFilesTarget: PathName?
     /// The directories of the last command-line file copied into ``namedFilesTarget``, held open while the
     /// next ones share them (walker only).
     private var namedFilesDirectories: (sourceParent: PathName, pair: DirectoryPair?)?
+    /// ``namedFilesTarget`` held open (`O_PATH`) for the walker's look at each operand's destination there,
+    /// by its name instead of its path, as cp looks through its descriptor of the target; -1 without.
+    private var namedFilesTargetFD: CInt = -1
+    /// The name in ``namedFilesTargetFD`` of the operand being walked, where it has one.
+    private var operandNameInTarget: PathName?
     /// Such a copy into itself was found: the walk of this top-level operand stops there, as cp's does.
     private var foundCopyIntoItself = false
     /// The process's umask, read once before any copy runs: reading it means setting it, and a file made
@@ -594,7 +612,16 @@ final class Copier: @unchecked Sendable {
         // A destination named by the command line, or made in a directory of descriptors (`dcopy 3
         // /dev/fd`), may name one of dcopy's own descriptors when it is opened.
         destinationsMayNameDescriptors = !targetIsDirectory || target.withCString { isKernelMadeFile(atPath: $0) }
-        if !destinationsMayNameDescriptors { namedFilesTarget = target }
+        if !destinationsMayNameDescriptors {
+            namedFilesTarget = target
+            if Limits.openDirectories > 0 {
+                namedFilesTargetFD = open(target.cString, openPath | O_DIRECTORY | O_CLOEXEC)
+            }
+        }
+        defer {
+            if namedFilesTargetFD >= 0 { close(namedFilesTargetFD) }
+            namedFilesTargetFD = -1
+        }
         if sources.count > 1 && !targetIsDirectory {
             return fail("target \(target.quoted)", targetFound ? .notDirectory : Errno(rawValue: errno))
         }
@@ -613,6 +640,7 @@ final class Copier: @unchecked Sendable {
                 guard let target, let resolved = parents.resolve(source) else { return true }
                 return resolved.isWithin(target)
             }
+            parents.close()
             // One source's copies have one name each. Another may name one of them otherwise, where a
             // source's last component is `.` or `..` (`s/.` gives `e/./d` where `t/d` gives `e/d`), or read
             // it as it is made, where a source lies in the target. Counting names cost `dcopy -r` of ten
@@ -636,10 +664,12 @@ final class Copier: @unchecked Sendable {
             // `DIR/..`: that would write over the target's parent's files.
             let name = source.lastComponent == ".." ? "." : source.lastComponent
             let destination = targetIsDirectory ? target.appending(name) : target
+            operandNameInTarget = namedFilesTargetFD >= 0 && !source.endsWithSlash && !name.isDotOrDotDot ? name : nil
             copy(source, to: destination, topLevel: true)
         }
         // The copies still running hold the directories they use.
         namedFilesDirectories = nil
+        sourceLookup.close()
         running.wait()
         finishDirectories()
     }
@@ -878,13 +908,25 @@ final class Copier: @unchecked Sendable {
         _ taken: inout Result<stat, Errno>?
     ) -> Bool {
         guard options.recursive else {
-            taken = status(of: destination)
+            taken = operandDestinationStatus(destination, followingLinks: true)
             guard case .success(let to) = taken else { return false }
             return FileID(info) == FileID(to)
         }
-        var to = stat()
-        guard lstat(destination.cString, &to) == 0 else { return false }
+        guard case .success(let to) = operandDestinationStatus(destination, followingLinks: false) else { return false }
         return FileID(info) == FileID(to) || isFollowedSameFile(source, info, destination, to)
+    }
+
+    /// `stat`, or `lstat` without `followingLinks`, of the operand being walked's `destination`: by its name
+    /// in the target's descriptor where it has one there (see ``operandNameInTarget``).
+    private func operandDestinationStatus(_ destination: PathName, followingLinks: Bool) -> Result<stat, Errno> {
+        var info = stat()
+        let rc =
+            if let name = operandNameInTarget {
+                fstatat(namedFilesTargetFD, name.cString, &info, followingLinks ? 0 : AT_SYMLINK_NOFOLLOW)
+            } else {
+                followingLinks ? stat(destination.cString, &info) : lstat(destination.cString, &info)
+            }
+        return rc == 0 ? .success(info) : .failure(Errno(rawValue: errno))
     }
 
     private func copyDirectory(_ source: PathName, to destination: PathName, info: stat, topLevel: Bool) {

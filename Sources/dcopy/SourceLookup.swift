@@ -14,16 +14,30 @@ import Glibc
 /// takes one `lstat`, and the directory's identity is already known. Ten thousand files named on the
 /// command line took 1.26× cp's time before, with about ten system calls each on the walker's thread.
 struct SourceLookup {
-    /// The last directory looked at: its path as the sources spell it, its identity, and whether it is on
-    /// a procfs (whose links may be magic ones).
-    private var directory: (path: PathName, id: FileID, onProcfs: Bool)?
+    /// Whether the last directory looked at is held open for the sources after it, which are then looked up
+    /// by their names in it (`fstatat`), not by their paths: a tenth of the walker's time for files named
+    /// on the command line. Not where descriptors are scarce.
+    private let holdsDirectory: Bool
+    /// The last directory looked at: its path as the sources spell it, its identity, whether it is on a
+    /// procfs (whose links may be magic ones), and its descriptor (`O_PATH`) where it is held, else -1.
+    private var directory: (path: PathName, id: FileID, onProcfs: Bool, fd: CInt)?
+
+    init(holdsDirectory: Bool) { self.holdsDirectory = holdsDirectory }
+
+    /// Lets go of the directory held.
+    mutating func close() {
+        if let fd = directory?.fd, fd >= 0 { Glibc.close(fd) }
+        directory = nil
+    }
 
     /// `stat` of `source`, or `lstat` when `followingLinks` is false, as ``DescriptorNames/status(_:followingLinks:_:)``
     /// gives it. Returns 0, or -1 with `errno` set.
     mutating func status(_ source: PathName, followingLinks: Bool, _ info: inout stat) -> CInt {
+        let name = source.lastComponent
         // `d/` and `d/.` name a directory that `lstat` of the last component would not check for.
-        if !source.endsWithSlash && !source.lastComponent.isDotOrDotDot, let directory = look(at: source.parent),
-            lstat(source.cString, &info) == 0
+        if !source.endsWithSlash && !name.isDotOrDotDot, let directory = look(at: source.parent),
+            (directory.fd >= 0
+                ? fstatat(directory.fd, name.cString, &info, AT_SYMLINK_NOFOLLOW) : lstat(source.cString, &info)) == 0
         {
             // A link is what `lstat` says, with -r, unless it may be a magic one (`/dev/fd/3`).
             let isLink = info.st_mode & S_IFMT == S_IFLNK
@@ -41,14 +55,19 @@ struct SourceLookup {
     }
 
     /// The directory at `path` when it is reached without a magic link; nil otherwise.
-    private mutating func look(at path: PathName) -> (path: PathName, id: FileID, onProcfs: Bool)? {
+    private mutating func look(at path: PathName) -> (path: PathName, id: FileID, onProcfs: Bool, fd: CInt)? {
         if let directory, directory.path == path { return directory }
+        close()
         let fd = DescriptorNames.openWithoutMagicLinks(path, flags: openPath | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
-        defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0 else { return nil }
-        directory = (path, FileID(info), DescriptorNames.isOnProcfs(fd))
+        guard fstat(fd, &info) == 0 else {
+            Glibc.close(fd)
+            return nil
+        }
+        let onProcfs = DescriptorNames.isOnProcfs(fd)
+        if !holdsDirectory { Glibc.close(fd) }
+        directory = (path, FileID(info), onProcfs, holdsDirectory ? fd : -1)
         return directory
     }
 }
