@@ -873,19 +873,8 @@ struct DcatTests {
                 )
                 close(ends[0])
                 defer { close(ends[1]) }
-                let process = Process()
-                process.executableURL = URL(fileURLWithPath: Tools.dcat)
-                process.arguments = [scratch.path + "/f"]
-                process.environment = ["DISPATCH_ENGINE": engine]
-                process.standardOutput = FileHandle(fileDescriptor: ends[1], closeOnDealloc: false)
-                let errors = Pipe()
-                process.standardError = errors
-                try process.run()
-                process.waitUntilExit()
-                let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                #expect(process.terminationReason == .exit, "\(engine): signal \(process.terminationStatus)")
-                #expect(process.terminationStatus == 1, "\(engine)")
-                #expect(message == "dcat: write error: Broken pipe\n", "\(engine)")
+                let run = try WriteErrorRun(arguments: [scratch.path + "/f"], engine: engine, output: ends[1])
+                run.expectEnd(with: "dcat: write error: Broken pipe\n")
             }
         }
     }
@@ -902,15 +891,9 @@ struct DcatTests {
             for (engine, runs) in [("uring", 10), ("posix", 40)] {
                 for _ in 0..<runs {
                     let (client, server) = try loopbackConnection(buffer: 16 << 10)
-                    let process = Process()
-                    process.executableURL = URL(fileURLWithPath: Tools.dcat)
-                    process.arguments = Array(repeating: scratch.path + "/f", count: 3)
-                    process.environment = ["DISPATCH_ENGINE": engine]
-                    process.standardOutput = FileHandle(fileDescriptor: client, closeOnDealloc: false)
-                    let errors = Pipe()
-                    process.standardError = errors
-                    try process.run()
                     defer { close(client) }
+                    let files = Array(repeating: scratch.path + "/f", count: 3)
+                    let run = try WriteErrorRun(arguments: files, engine: engine, output: client)
                     var buffer = [UInt8](repeating: 0, count: 1000)
                     #expect(recv(server, &buffer, buffer.count, CInt(MSG_WAITALL)) == buffer.count)
                     // Reset once dcat waits on full buffers, with later writes queued behind the one under
@@ -927,11 +910,7 @@ struct DcatTests {
                     var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
                     setsockopt(server, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
                     close(server)
-                    process.waitUntilExit()
-                    let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                    #expect(process.terminationReason == .exit, "\(engine): signal \(process.terminationStatus)")
-                    #expect(process.terminationStatus == 1, "\(engine)")
-                    #expect(message == "dcat: write error: Connection reset by peer\n", "\(engine)")
+                    run.expectEnd(with: "dcat: write error: Connection reset by peer\n")
                 }
             }
         }
@@ -1024,6 +1003,36 @@ struct DcatTests {
             #expect(theirs.stderr == "cat: locked: Permission denied\n")
             #expect(ours == Outcome(status: 1, stdout: Data("ok".utf8), stderr: "dcat: locked: Permission denied\n"))
         }
+    }
+}
+
+/// dcat started on `engine` with `output` as its standard output, for a write error to end it.
+private struct WriteErrorRun {
+    let process = Process()
+    let errors = Pipe()
+    let engine: String
+
+    init(arguments: [String], engine: String, output: CInt) throws {
+        self.engine = engine
+        process.executableURL = URL(fileURLWithPath: Tools.dcat)
+        process.arguments = arguments
+        process.environment = ["DISPATCH_ENGINE": engine]
+        process.standardOutput = FileHandle(fileDescriptor: output, closeOnDealloc: false)
+        process.standardError = errors
+        try process.run()
+    }
+
+    /// Waits for the end, which must be status 1 with `message` on standard error, as cat's, not a signal.
+    func expectEnd(with message: String, sourceLocation: SourceLocation = #_sourceLocation) {
+        process.waitUntilExit()
+        let said = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(
+            process.terminationReason == .exit,
+            "\(engine): signal \(process.terminationStatus)",
+            sourceLocation: sourceLocation
+        )
+        #expect(process.terminationStatus == 1, "\(engine)", sourceLocation: sourceLocation)
+        #expect(said == message, "\(engine)", sourceLocation: sourceLocation)
     }
 }
 
