@@ -200,6 +200,24 @@ final class DirectoryPair: Sendable {
         return DirectoryPair(source: sourceFD, destination: destinationFD, privateOwner: owner)
     }
 
+    /// A pair of copies (`dup`) of two directories the caller holds open, or nil as ``open(_:_:checkingPrivacy:)``
+    /// gives it: the copies' calls then reach the directories the caller looked in, whatever their paths
+    /// name meanwhile. Not for a destination whose privacy matters.
+    static func sharing(source: CInt, destination: CInt) -> DirectoryPair? {
+        guard count.add(1, ordering: .relaxed).newValue <= Limits.openDirectories else {
+            count.subtract(1, ordering: .relaxed)
+            return nil
+        }
+        let sourceFD = fcntl(source, F_DUPFD_CLOEXEC, 0)
+        let destinationFD = sourceFD < 0 ? -1 : fcntl(destination, F_DUPFD_CLOEXEC, 0)
+        guard sourceFD >= 0, destinationFD >= 0 else {
+            if sourceFD >= 0 { close(sourceFD) }
+            count.subtract(1, ordering: .relaxed)
+            return nil
+        }
+        return DirectoryPair(source: sourceFD, destination: destinationFD, privateOwner: nil)
+    }
+
     deinit {
         close(source)
         close(destination)
@@ -544,17 +562,17 @@ final class Copier: @unchecked Sendable {
     private var operandMadeDirectory = false
     /// How command-line sources are looked up (walker only).
     private var sourceLookup = SourceLookup(holdsDirectory: Limits.openDirectories > 0)
-    /// The target directory that command-line sources are copied into under their own names, when its
-    /// names are plain ones (see ``namedFileLocation(_:)``). Set before the walk.
-    private var namedFilesTarget: PathName?
-    /// The directories of the last command-line file copied into ``namedFilesTarget``, held open while the
-    /// next ones share them (walker only).
-    private var namedFilesDirectories: (sourceParent: PathName, pair: DirectoryPair?)?
-    /// ``namedFilesTarget`` held open (`O_PATH`) for the walker's look at each operand's destination there,
+    /// The directories of the last command-line file copied into the target, for the ring: those
+    /// the walker holds (``sourceLookup``'s look at the source's parent, which one is noted, and
+    /// ``namedFilesTargetFD``), so that its looks and the copy's calls reach the same files (walker only).
+    private var namedFilesDirectories: (look: Int, pair: DirectoryPair?)?
+    /// The target directory held open (`O_PATH`) for the walker's look at each operand's destination there,
     /// by its name instead of its path, as cp looks through its descriptor of the target; -1 without.
     private var namedFilesTargetFD: CInt = -1
     /// The name in ``namedFilesTargetFD`` of the operand being walked, where it has one.
     private var operandNameInTarget: PathName?
+    /// The operand being walked is a regular file, handed on to be copied.
+    private var operandIsRegularFile = false
     /// Such a copy into itself was found: the walk of this top-level operand stops there, as cp's does.
     private var foundCopyIntoItself = false
     /// The process's umask, read once before any copy runs: reading it means setting it, and a file made
@@ -612,11 +630,8 @@ final class Copier: @unchecked Sendable {
         // A destination named by the command line, or made in a directory of descriptors (`dcopy 3
         // /dev/fd`), may name one of dcopy's own descriptors when it is opened.
         destinationsMayNameDescriptors = !targetIsDirectory || target.withCString { isKernelMadeFile(atPath: $0) }
-        if !destinationsMayNameDescriptors {
-            namedFilesTarget = target
-            if Limits.openDirectories > 0 {
-                namedFilesTargetFD = open(target.cString, openPath | O_DIRECTORY | O_CLOEXEC)
-            }
+        if !destinationsMayNameDescriptors && Limits.openDirectories > 0 {
+            namedFilesTargetFD = open(target.cString, openPath | O_DIRECTORY | O_CLOEXEC)
         }
         defer {
             if namedFilesTargetFD >= 0 { close(namedFilesTargetFD) }
@@ -665,7 +680,16 @@ final class Copier: @unchecked Sendable {
             let name = source.lastComponent == ".." ? "." : source.lastComponent
             let destination = targetIsDirectory ? target.appending(name) : target
             operandNameInTarget = namedFilesTargetFD >= 0 && !source.endsWithSlash && !name.isDotOrDotDot ? name : nil
+            operandIsRegularFile = false
             copy(source, to: destination, topLevel: true)
+            // Anything else may have replaced a directory or link that later operands' paths go through
+            // (`dcopy -rv t/n/a t/n/n t/n/f t`, a FIFO `t/n/n` copied over the link `t/n`: cp cannot stat
+            // `t/n/f` then, and with the directory held, dcopy copied it, helper-65): they are looked up by
+            // their paths again.
+            if !operandIsRegularFile {
+                sourceLookup.close()
+                namedFilesDirectories = nil
+            }
         }
         // The copies still running hold the directories they use.
         namedFilesDirectories = nil
@@ -817,6 +841,7 @@ final class Copier: @unchecked Sendable {
             if options.preserve { setMetadata(path: destination, source: source, info: info, isLink: false) }
         default:
             if destination.endsWithSlash { return refuseFile(source, toSlashed: destination) }
+            if topLevel { operandIsRegularFile = true }
             startFile(
                 source,
                 to: destination,
@@ -831,16 +856,16 @@ final class Copier: @unchecked Sendable {
 
     /// Where the ring finds a regular file named on the command line: in its directory and the target, by
     /// its name, where it is copied into a target directory under its own name (`dcopy src/* dir`); by its
-    /// paths otherwise. The two directories are held open while the next operands share them, as a tree's
-    /// are (see ``DirectoryPair``): the source's `statx`, its open and the destination's create each look up
-    /// one name, not a whole path, as cp creates its copies through its descriptor of the target.
+    /// paths otherwise. The directories are the ones the walker holds and has just looked the file up in
+    /// (see ``namedFilesDirectories``), shared by the next operands in the same directory, as a tree's are
+    /// (see ``DirectoryPair``): the source's `statx`, its open and the destination's create each look up one
+    /// name, not a whole path, as cp creates its copies through its descriptor of the target.
     private func namedFileLocation(_ source: PathName) -> FileLocation {
         let name = source.lastComponent
         // The destination is `target/name` (copyAll), except for `..`, copied into the target itself.
-        guard let target = namedFilesTarget, !source.endsWithSlash, !name.isDotOrDotDot else { return .paths }
-        let parent = source.parent
-        if namedFilesDirectories?.sourceParent != parent {
-            namedFilesDirectories = (parent, DirectoryPair.open(parent, target, checkingPrivacy: false))
+        guard operandNameInTarget != nil, !name.isDotOrDotDot, let held = sourceLookup.held else { return .paths }
+        if namedFilesDirectories?.look != held.look {
+            namedFilesDirectories = (held.look, DirectoryPair.sharing(source: held.fd, destination: namedFilesTargetFD))
         }
         guard let pair = namedFilesDirectories?.pair else { return .paths }
         return FileLocation(directories: pair, name: name)

@@ -21,10 +21,19 @@ struct SourceLookup {
     /// The last directory looked at: its path as the sources spell it, its identity, whether it is on a
     /// procfs (whose links may be magic ones), and its descriptor (`O_PATH`) where it is held, else -1.
     private var directory: (path: PathName, id: FileID, onProcfs: Bool, fd: CInt)?
+    /// Counts the directories looked at, so that what is made from a held one can tell it is still held.
+    private var looks = 0
 
     init(holdsDirectory: Bool) { self.holdsDirectory = holdsDirectory }
 
-    /// Lets go of the directory held.
+    /// The directory held, as last looked at (the parent of the last source looked up, where it was looked
+    /// at): its descriptor, and which look opened it.
+    var held: (fd: CInt, look: Int)? {
+        guard let directory, directory.fd >= 0 else { return nil }
+        return (directory.fd, looks)
+    }
+
+    /// Lets go of the directory held; the next source is looked up by its path again.
     mutating func close() {
         if let fd = directory?.fd, fd >= 0 { Glibc.close(fd) }
         directory = nil
@@ -58,6 +67,7 @@ struct SourceLookup {
     private mutating func look(at path: PathName) -> (path: PathName, id: FileID, onProcfs: Bool, fd: CInt)? {
         if let directory, directory.path == path { return directory }
         close()
+        looks += 1
         let fd = DescriptorNames.openWithoutMagicLinks(path, flags: openPath | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         var info = stat()

@@ -135,6 +135,23 @@ struct DcopyTests {
         }
     }
 
+    /// An operand's copy that replaces a link later operands' paths go through: the FIFO `t/n/n` copied over
+    /// the link `t/n` (to `D`). cp then cannot stat `t/n/f`; with `D` held open from the first operand,
+    /// dcopy copied `D/f` with status 0 (helper-65), and before that, naming `t/n/a` by its path once the
+    /// link was gone, could not open it. Directories are looked at again after any operand but a file.
+    @Test func anOperandsCopyReplacingALinkInLaterPaths() throws {
+        try inScratch { scratch in
+            let result = try both(
+                scratch,
+                setup: "mkdir D t; mkfifo D/n; echo f > D/f; echo a > D/a; ln -s ../D t/n",
+                "%cp -rv t/n/a t/n/n t/n/f t",
+                check: "ls -l t | awk 'NR > 1 { print $1, $NF }'"
+            )
+            #expect(result.theirs.stderr.contains("cannot stat 't/n/f': Not a directory"))
+            expectSame(result)
+        }
+    }
+
     @Test func manySourcesNeedADirectory() throws {
         try inScratch { scratch in
             let result = try both(scratch, setup: "printf a > a; printf b > b", "%cp a b c", check: Self.listing)
