@@ -149,36 +149,34 @@ struct SynchronizationTests {
         expectSignalled(woke)
     }
 
-    // C29: waiters are served in FIFO order.
+    // C29: waiters are served in FIFO order. Each waiter is asleep in the kernel before the next comes, and
+    // each woken one has recorded itself before the next signal: the test used to give each 5 ms for both,
+    // and under ThreadSanitizer on a busy machine read [0, 2, 1, 3] once.
     @Test("semaphore waiters are woken in FIFO order")
     func semaphoreFIFO() {
         let semaphore = WorkSemaphore(value: 0)
         let order = Unsynchronized([Int]())
         let orderQueue = WorkQueue(label: "order")
+        let recorded = WorkSemaphore(value: 0)
         let group = WorkGroup()
         let threads = 4
         for index in 0..<threads {
             let queue = WorkQueue(label: "waiter\(index)")
-            let queued = WorkSemaphore(value: 0)
+            let thread = Unsynchronized<String?>(nil)
+            let named = WorkSemaphore(value: 0)
             queue.async(group: group) {
-                queued.signal()
+                thread.value = currentThreadID()
+                named.signal()
                 semaphore.wait()
                 orderQueue.sync { order.value.append(index) }
+                recorded.signal()
             }
-            expectSignalled(queued)
-            // Make sure this waiter is parked before starting the next.
-            while true {
-                if semaphore.wait(timeout: .now) == .success {
-                    semaphore.signal()
-                    continue
-                }
-                break
-            }
-            _ = WorkSemaphore(value: 0).wait(timeout: .milliseconds(5))
+            expectSignalled(named)
+            #expect(thread.value.map { waitUntilAsleepInFutex($0) } == true, "waiter \(index)")
         }
         for _ in 0..<threads {
             semaphore.signal()
-            _ = WorkSemaphore(value: 0).wait(timeout: .milliseconds(5))
+            expectSignalled(recorded)
         }
         expectDone(group)
         #expect(orderQueue.sync { order.value } == Array(0..<threads))
