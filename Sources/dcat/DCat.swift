@@ -162,9 +162,12 @@ final class Concatenator: @unchecked Sendable {
     /// Windows of regular files read or being written at once: ``fileOutputWindows`` when standard output is
     /// a regular file, ``windows`` otherwise.
     fileprivate let windowCount: Int
-    /// Whether small windows that reach the output together may go out in one write: not into a datagram
-    /// or sequenced-packet socket, where a write is a message and cat writes each file's own.
-    fileprivate let joinsWrites: Bool
+    /// Standard output is a datagram or sequenced-packet socket: each write is one message, and one whose
+    /// peer has gone answers `EPIPE` without `SIGPIPE`.
+    private let outputTakesMessages: Bool
+    /// Whether small windows that reach the output together may go out in one write: not as messages,
+    /// where cat writes each file's own.
+    fileprivate var joinsWrites: Bool { !outputTakesMessages }
     /// Standard output is a regular file without O_APPEND: writes go at explicit offsets on a random
     /// channel, several at once (a stream channel would run them one by one), and the descriptor's position
     /// follows them as they complete (``OutputCursor``), where cat's writes would have left it.
@@ -188,7 +191,7 @@ final class Concatenator: @unchecked Sendable {
         if info.st_mode & S_IFMT == S_IFIFO { growPipe(STDOUT_FILENO) }
         positionedOutput = regular && fcntl(STDOUT_FILENO, F_GETFL) & O_APPEND == 0
         windowCount = regular ? fileOutputWindows : IOEngine.shared.kind == .posix ? posixWindows : windows
-        joinsWrites = info.st_mode & S_IFMT != S_IFSOCK || isStreamSocket(STDOUT_FILENO)
+        outputTakesMessages = info.st_mode & S_IFMT == S_IFSOCK && !isStreamSocket(STDOUT_FILENO)
         outputStart = positionedOutput ? lseek(STDOUT_FILENO, 0, SEEK_CUR) : 0
         cursor = positionedOutput ? OutputCursor(start: outputStart, sizeAtStart: info.st_size) : nil
         outputFile = regular ? (info.st_dev, info.st_ino) : nil
@@ -203,7 +206,7 @@ final class Concatenator: @unchecked Sendable {
         // buffer: a window's megabyte failed with EMSGSIZE (helper-38: nothing past 212,992 bytes went
         // through a SOCK_SEQPACKET pair). cat's 128 KiB writes are what such a reader gets from cat.
         // Windows are multiples of 128 KiB, so each file's messages are cat's.
-        if !joinsWrites { output.setLimit(highWater: 128 << 10) }
+        if outputTakesMessages { output.setLimit(highWater: 128 << 10) }
     }
 
     /// Copies every input; returns the exit status.
@@ -406,10 +409,11 @@ final class Concatenator: @unchecked Sendable {
                 }
             } else {
                 let report = streamWrites.withLock { $0.ended(sequence!, error: error) }
-                // A UNIX-domain datagram or sequenced-packet socket whose peer has gone answers EPIPE
-                // without SIGPIPE: cat says `write error: Broken pipe`, status 1 (helper-64).
+                // A message socket whose peer has gone sends no SIGPIPE with its EPIPE: cat says `write
+                // error: Broken pipe`, status 1 (helper-64).
                 if let report {
-                    return queue.async { [joinsWrites] in Concatenator.writeFailed(report, signalled: joinsWrites) }
+                    let signalled = !outputTakesMessages
+                    return queue.async { Concatenator.writeFailed(report, signalled: signalled) }
                 }
                 // A failure is reported once the writes before it have ended, by the last of them.
                 if error != nil { return }

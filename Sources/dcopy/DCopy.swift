@@ -181,18 +181,13 @@ final class DirectoryPair: Sendable {
     /// are then named by their paths, which reach the same errors. `checkingPrivacy`: whether to look at
     /// the destination, as opened, for ``privateOwner``.
     static func open(_ source: PathName, _ destination: PathName, checkingPrivacy: Bool) -> DirectoryPair? {
-        guard count.add(1, ordering: .relaxed).newValue <= Limits.openDirectories else {
-            count.subtract(1, ordering: .relaxed)
-            return nil
-        }
         let flags = openPath | O_DIRECTORY | O_CLOEXEC
-        let sourceFD = Glibc.open(source.cString, flags)
-        let destinationFD = sourceFD < 0 ? -1 : Glibc.open(destination.cString, flags)
-        guard sourceFD >= 0, destinationFD >= 0 else {
-            if sourceFD >= 0 { close(sourceFD) }
-            count.subtract(1, ordering: .relaxed)
-            return nil
-        }
+        guard
+            let (sourceFD, destinationFD) = opening(
+                { Glibc.open(source.cString, flags) },
+                { Glibc.open(destination.cString, flags) }
+            )
+        else { return nil }
         // Looked at through the descriptor the copies use: the path leads where its parent says, and a
         // parent others can write let them put their own directory there between the `mkdir` and this open
         // (helper-57).
@@ -204,18 +199,31 @@ final class DirectoryPair: Sendable {
     /// gives it: the copies' calls then reach the directories the caller looked in, whatever their paths
     /// name meanwhile. Not for a destination whose privacy matters.
     static func sharing(source: CInt, destination: CInt) -> DirectoryPair? {
+        guard
+            let (sourceFD, destinationFD) = opening(
+                { fcntl(source, F_DUPFD_CLOEXEC, 0) },
+                { fcntl(destination, F_DUPFD_CLOEXEC, 0) }
+            )
+        else { return nil }
+        return DirectoryPair(source: sourceFD, destination: destinationFD, privateOwner: nil)
+    }
+
+    /// Takes a place among the pairs open at once, then a descriptor from `source` and, if it gave one, from
+    /// `destination`; nil (the place given back, a descriptor taken closed) when there is no place or either
+    /// fails.
+    private static func opening(_ source: () -> CInt, _ destination: () -> CInt) -> (CInt, CInt)? {
         guard count.add(1, ordering: .relaxed).newValue <= Limits.openDirectories else {
             count.subtract(1, ordering: .relaxed)
             return nil
         }
-        let sourceFD = fcntl(source, F_DUPFD_CLOEXEC, 0)
-        let destinationFD = sourceFD < 0 ? -1 : fcntl(destination, F_DUPFD_CLOEXEC, 0)
+        let sourceFD = source()
+        let destinationFD = sourceFD < 0 ? -1 : destination()
         guard sourceFD >= 0, destinationFD >= 0 else {
             if sourceFD >= 0 { close(sourceFD) }
             count.subtract(1, ordering: .relaxed)
             return nil
         }
-        return DirectoryPair(source: sourceFD, destination: destinationFD, privateOwner: nil)
+        return (sourceFD, destinationFD)
     }
 
     deinit {
