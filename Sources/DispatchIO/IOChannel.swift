@@ -281,10 +281,32 @@ public final class IOChannel: Sendable {
         read(offset: offset, length: length, handlerQueue: nil, handler: handler)
     }
 
+    /// Reads as ``read(offset:length:queue:handler:)`` does, with the same calls, but on a pipe, socket,
+    /// terminal or device the read ends with the first system call that brings bytes, as the convenience
+    /// read does (B55). The handler gets them, then the final call; a final call with no bytes before it
+    /// is the end of file. A regular file is read to `length` or to its end, as by any read.
+    ///
+    /// For descriptors that keep messages (a datagram or sequenced-packet socket, a packet-mode pipe): a
+    /// read asks the kernel for no more than its length has left, and a system call asking for less than
+    /// the next message gets its first bytes while the kernel drops the rest. A longer read that had taken
+    /// a first message would cut the second. This one makes a single system call, for the whole `length`
+    /// (at most the high water mark and 1 MiB), and so cuts only a message longer than that, as `read(2)`
+    /// of that many bytes does.
+    package func read(
+        firstDataUpTo length: Int,
+        queue: WorkQueue,
+        handler: @escaping @Sendable (_ done: Bool, _ data: DispatchDataBuffer?, _ error: Errno?) -> Void
+    ) {
+        read(offset: 0, length: length, handlerQueue: queue, returningOnFirstData: true) { done, data, error in
+            handler(done, data, error)
+        }
+    }
+
     private func read(
         offset: Int64,
         length: Int,
         handlerQueue queue: WorkQueue?,
+        returningOnFirstData: Bool = false,
         handler: @escaping OwningReadHandler
     ) {
         if length == 0 {
@@ -300,6 +322,7 @@ public final class IOChannel: Sendable {
             length: length,
             settings: core.currentSettings,
             queue: queue,
+            returnOnFirstData: returningOnFirstData,
             handler: handler
         )
         submit(operation, invalid: length < 0 || !isRepresentable(offset: offset))
