@@ -110,7 +110,7 @@ let package = Package(
         .testTarget(name: "DispatchIOTests", dependencies: ["DispatchIO"]),
         // Runs the dcat and dcopy binaries that `swift build --build-tests` puts next to the test bundle
         // (it builds every product); it does not link them, so their static runtime stays out of it.
-        .testTarget(name: "ToolTests"),
+        .testTarget(name: "ToolTests", dependencies: ["CGlibcExtras"]),
         .testTarget(name: "ToolSupportTests", dependencies: ["ToolSupport", "CGlibcExtras"]),
     ]
 )

@@ -3,7 +3,8 @@
 
 // What Swift's Glibc module leaves out: extended attributes (dcopy -p copies POSIX ACLs through them),
 // `fstatfs`, whose file-system type tells dcat the kernel's own files, `openat2`, which glibc
-// does not wrap (and `syscall` is variadic, so Swift cannot call it), and `mallopt` (malloc.h).
+// does not wrap (and `syscall` is variadic, so Swift cannot call it), `mallopt` (malloc.h), and `pipe2`
+// (a _GNU_SOURCE call, for the tests' packet-mode pipes).
 #include <sys/types.h>
 #include <sys/xattr.h>
 #include <sys/vfs.h>
@@ -23,6 +24,13 @@ static inline int glibc_extras_open_without_magic_links(int directory, const cha
 /// Limits glibc's malloc to `count` arenas (`M_ARENA_MAX`); 1 on success, 0 on failure.
 static inline int glibc_extras_limit_malloc_arenas(int count) {
     return mallopt(M_ARENA_MAX, count);
+}
+
+/// pipe2(2), which glibc declares only under _GNU_SOURCE (Swift's Glibc module is built without it): the
+/// tests make packet-mode pipes with it (`__O_DIRECT`, `O_DIRECT`'s value, is visible to Swift).
+static inline int glibc_extras_pipe2(int ends[2], int flags) {
+    extern int pipe2(int pipedes[2], int flags);
+    return pipe2(ends, flags);
 }
 
 #endif

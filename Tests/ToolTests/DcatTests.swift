@@ -1,3 +1,4 @@
+import CGlibcExtras
 import Foundation
 import Testing
 
@@ -879,6 +880,108 @@ struct DcatTests {
         }
     }
 
+    // A sequenced-packet socket as standard input: each read takes one message, and the kernel drops what
+    // the read did not ask for. A stream window's last read asked only for what the window had left, and
+    // cut the message there: eleven messages of 100,000 bytes gave 1,048,576 bytes, status 0 (helper-38).
+    // Now each read asks for cat's 128 KiB, so a message is cut only where cat cuts it (the 150,000 bytes).
+    @Test func aSequencedPacketSocketAsInputLosesNoMessage() throws {
+        let messages = (0..<11).map { _ in 100_000 } + [1, 150_000, 4_096, 70_000]
+        var expected: [UInt8] = []
+        var sent: [[UInt8]] = []
+        for (index, size) in messages.enumerated() {
+            let message = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ index) }
+            sent.append(message)
+            expected += message.prefix(128 << 10)
+        }
+        try inScratch { scratch in
+            for (program, engine) in [("/bin/cat", ""), (Tools.dcat, "uring"), (Tools.dcat, "posix")] {
+                var ends: [CInt] = [-1, -1]
+                try #require(
+                    socketpair(AF_UNIX, CInt(SOCK_SEQPACKET.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0, &ends) == 0
+                )
+                var limit = timeval(tv_sec: 10, tv_usec: 0)
+                setsockopt(ends[0], SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+                let (status, output) = try runFeeding(program, engine: engine, input: ends[1], in: scratch) {
+                    defer { close(ends[0]) }
+                    for message in sent {
+                        guard send(ends[0], message, message.count, CInt(MSG_NOSIGNAL)) == message.count else {
+                            return
+                        }
+                    }
+                }
+                #expect(status == 0, "\(program) \(engine)")
+                #expect(output.count == expected.count, "\(program) \(engine)")
+                #expect(output == Data(expected) ? true : false, "\(program) \(engine)")
+            }
+        }
+    }
+
+    // The same with a packet-mode pipe (pipe2 with O_DIRECT, packets of at most PIPE_BUF): 2,000 packets of
+    // 3,000 bytes gave 5,992,880 bytes, status 0, where cat gives all 6,000,000 (helper-62).
+    @Test func aPacketModePipeAsInputLosesNoPacket() throws {
+        let packets = (0..<2_000).map { index in (0..<3_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ index) } }
+        let expected = Data(packets.joined())
+        try inScratch { scratch in
+            for (program, engine) in [("/bin/cat", ""), (Tools.dcat, "uring"), (Tools.dcat, "posix")] {
+                var ends: [CInt] = [-1, -1]
+                try #require(glibc_extras_pipe2(&ends, __O_DIRECT | O_CLOEXEC) == 0)
+                let (status, output) = try runFeeding(program, engine: engine, input: ends[0], in: scratch) {
+                    defer { close(ends[1]) }
+                    for packet in packets {
+                        var ready = pollfd(fd: ends[1], events: Int16(POLLOUT), revents: 0)
+                        guard poll(&ready, 1, 10_000) == 1, ready.revents & Int16(POLLOUT) != 0,
+                            write(ends[1], packet, packet.count) == packet.count
+                        else { return }
+                    }
+                }
+                #expect(status == 0, "\(program) \(engine)")
+                #expect(output.count == expected.count, "\(program) \(engine)")
+                #expect(output == expected ? true : false, "\(program) \(engine)")
+            }
+        }
+    }
+
+    // A packet-mode pipe as standard output cuts each write into packets of PIPE_BUF bytes. cat writes each
+    // file's reads on their own; the POSIX engine joined small files' windows into one write, so their
+    // bytes came in other packets than cat's (helper-62).
+    @Test func aPacketModePipeGetsCatsPackets() throws {
+        try inScratch { scratch in
+            _ = try scratch.run(
+                "head -c 250000 /dev/urandom > f; head -c 1146 f > a; head -c 26605 f > b; head -c 21196 f > c"
+            )
+            var packetsOf: [String: [Int]] = [:]
+            for (program, engine) in [("/bin/cat", ""), (Tools.dcat, "uring"), (Tools.dcat, "posix")] {
+                var ends: [CInt] = [-1, -1]
+                try #require(glibc_extras_pipe2(&ends, __O_DIRECT | O_CLOEXEC) == 0)
+                defer { close(ends[0]) }
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: program)
+                process.arguments = ["a", "b", "c", "f"].map { scratch.path + "/" + $0 }
+                process.environment = ["DISPATCH_ENGINE": engine]
+                process.standardOutput = FileHandle(fileDescriptor: ends[1], closeOnDealloc: false)
+                try process.run()
+                close(ends[1])
+                // Counted up to the files' size, each read waiting at most 10 s (see the socket's case above).
+                var sizes: [Int] = []
+                var buffer = [UInt8](repeating: 0, count: 1 << 16)
+                while sizes.reduce(0, +) < 298_947 {
+                    var ready = pollfd(fd: ends[0], events: Int16(POLLIN), revents: 0)
+                    guard poll(&ready, 1, 10_000) == 1 else { break }
+                    let count = read(ends[0], &buffer, buffer.count)
+                    if count <= 0 { break }
+                    sizes.append(count)
+                }
+                process.waitUntilExit()
+                #expect(process.terminationStatus == 0, "\(program) \(engine)")
+                packetsOf[program + engine] = sizes
+            }
+            let cats = try #require(packetsOf["/bin/cat"])
+            #expect(cats.prefix(8) == [1_146, 4_096, 4_096, 4_096, 4_096, 4_096, 4_096, 2_029])
+            #expect(packetsOf[Tools.dcat + "uring"] == cats)
+            #expect(packetsOf[Tools.dcat + "posix"] == cats)
+        }
+    }
+
     // A TCP peer's reset fails the write under way with ECONNRESET and each later one with EPIPE; cat
     // reports the first, `write error: Connection reset by peer`, status 1. dcat's writes end on the threads
     // that complete them, and on the POSIX engine a later write's EPIPE was seen first: dcat died of SIGPIPE
@@ -1034,6 +1137,33 @@ private struct WriteErrorRun {
         #expect(process.terminationStatus == 1, "\(engine)", sourceLocation: sourceLocation)
         #expect(said == message, "\(engine)", sourceLocation: sourceLocation)
     }
+}
+
+/// Runs `program` (on `engine`, when it is dcat) with `input` as its standard input and its standard output
+/// in a file of `scratch`, while `feed` writes the input's other end and closes it; returns the exit status
+/// and the output. `input` is closed here once the program has it.
+private func runFeeding(
+    _ program: String,
+    engine: String,
+    input: CInt,
+    in scratch: Scratch,
+    feed: () -> Void
+) throws -> (status: Int32, output: Data) {
+    let path = scratch.path + "/fed"
+    try #require(FileManager.default.createFile(atPath: path, contents: nil))
+    let output = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+    defer { try? output.close() }
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: program)
+    process.environment = ["DISPATCH_ENGINE": engine]
+    process.standardInput = FileHandle(fileDescriptor: input, closeOnDealloc: false)
+    process.standardOutput = output
+    try process.run()
+    close(input)
+    feed()
+    process.waitUntilExit()
+    let status = process.terminationReason == .exit ? process.terminationStatus : 128 + process.terminationStatus
+    return (status, try Data(contentsOf: URL(fileURLWithPath: path)))
 }
 
 /// A TCP connection over the loopback interface, its two ends with send and receive buffers of about
