@@ -23,14 +23,14 @@ package func growPipe(_ fd: CInt) {
     if current >= 0 && current < wanted { _ = fcntl(fd, setPipeSize, wanted) }
 }
 
-/// Whether `fd`, whose status is `info`, keeps message boundaries: a datagram or sequenced-packet socket
-/// (any socket that is not `SOCK_STREAM`), or the write end of a packet-mode pipe (`pipe2` with
-/// `O_DIRECT`). Each write to one is a message (a packet-mode pipe cuts writes into packets of `PIPE_BUF`
-/// bytes), and a read that asks for less than the next message gets its first bytes: the kernel drops
-/// the rest. A packet-mode pipe's read end cannot be told from any other pipe's (`O_DIRECT` is only in the
-/// write end's flags), so this is false for it.
-package func keepsMessages(_ fd: CInt, _ info: stat) -> Bool {
-    switch info.st_mode & S_IFMT {
+/// Whether `fd`, of type and permissions `mode` (`st_mode`), keeps message boundaries: a datagram or
+/// sequenced-packet socket (any socket that is not `SOCK_STREAM`), or the write end of a packet-mode pipe
+/// (`pipe2` with `O_DIRECT`). Each write to one is a message (a packet-mode pipe cuts writes into packets
+/// of `PIPE_BUF` bytes), and a read that asks for less than the next message gets its first bytes: the
+/// kernel drops the rest. A packet-mode pipe's read end cannot be told from any other pipe's (`O_DIRECT`
+/// is only in the write end's flags), so this is false for it.
+package func keepsMessages(_ fd: CInt, mode: mode_t) -> Bool {
+    switch mode & S_IFMT {
     case S_IFSOCK: return !isStreamSocket(fd)
     // Glibc's `O_DIRECT` needs `_GNU_SOURCE`; `__O_DIRECT` is its value on every architecture.
     case S_IFIFO: return fcntl(fd, F_GETFL) & __O_DIRECT != 0

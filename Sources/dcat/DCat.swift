@@ -198,7 +198,7 @@ final class Concatenator: @unchecked Sendable {
         if info.st_mode & S_IFMT == S_IFIFO { growPipe(STDOUT_FILENO) }
         positionedOutput = regular && fcntl(STDOUT_FILENO, F_GETFL) & O_APPEND == 0
         windowCount = regular ? fileOutputWindows : IOEngine.shared.kind == .posix ? posixWindows : windows
-        outputTakesMessages = keepsMessages(STDOUT_FILENO, info)
+        outputTakesMessages = keepsMessages(STDOUT_FILENO, mode: info.st_mode)
         outputIsMessageSocket = outputTakesMessages && info.st_mode & S_IFMT == S_IFSOCK
         outputStart = positionedOutput ? lseek(STDOUT_FILENO, 0, SEEK_CUR) : 0
         cursor = positionedOutput ? OutputCursor(start: outputStart, sizeAtStart: info.st_size) : nil
@@ -392,7 +392,7 @@ final class Concatenator: @unchecked Sendable {
         // A read of a message socket asks for cat's 128 KiB, so that a message is cut only where cat cuts it.
         // A pipe may be in packet mode, which its read end cannot tell, with packets of at most a page.
         let readOnce: Int? =
-            keepsMessages(fd, info) ? messageRead : info.st_mode & S_IFMT == S_IFIFO ? pipeRead : nil
+            keepsMessages(fd, mode: info.st_mode) ? messageRead : info.st_mode & S_IFMT == S_IFIFO ? pipeRead : nil
         let failure = copyStream(input, readOnce: readOnce)
         input.close()
         closed.wait()

@@ -1139,33 +1139,6 @@ private struct WriteErrorRun {
     }
 }
 
-/// Runs `program` (on `engine`, when it is dcat) with `input` as its standard input and its standard output
-/// in a file of `scratch`, while `feed` writes the input's other end and closes it; returns the exit status
-/// and the output. `input` is closed here once the program has it.
-private func runFeeding(
-    _ program: String,
-    engine: String,
-    input: CInt,
-    in scratch: Scratch,
-    feed: () -> Void
-) throws -> (status: Int32, output: Data) {
-    let path = scratch.path + "/fed"
-    try #require(FileManager.default.createFile(atPath: path, contents: nil))
-    let output = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
-    defer { try? output.close() }
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: program)
-    process.environment = ["DISPATCH_ENGINE": engine]
-    process.standardInput = FileHandle(fileDescriptor: input, closeOnDealloc: false)
-    process.standardOutput = output
-    try process.run()
-    close(input)
-    feed()
-    process.waitUntilExit()
-    let status = process.terminationReason == .exit ? process.terminationStatus : 128 + process.terminationStatus
-    return (status, try Data(contentsOf: URL(fileURLWithPath: path)))
-}
-
 /// A TCP connection over the loopback interface, its two ends with send and receive buffers of about
 /// `buffer` bytes; reads from the accepting end give up after 10 s rather than hang a test.
 private func loopbackConnection(buffer: Int) throws -> (connecting: CInt, accepting: CInt) {

@@ -274,3 +274,32 @@ func expectPipesGrown(_ executable: String, arguments: [String], output checksOu
     process.waitUntilExit()
     #expect(process.terminationStatus == 0)
 }
+
+/// Runs `program` with `arguments` (on `engine`, when it is one of the tools) with `input` as its standard
+/// input and its standard output in a file of `scratch`, while `feed` writes the input's other end and
+/// closes it; returns the exit status and the output. `input` is closed here once the program has it.
+func runFeeding(
+    _ program: String,
+    arguments: [String] = [],
+    engine: String,
+    input: CInt,
+    in scratch: Scratch,
+    feed: () -> Void
+) throws -> (status: Int32, output: Data) {
+    let path = scratch.path + "/fed"
+    try #require(FileManager.default.createFile(atPath: path, contents: nil))
+    let output = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+    defer { try? output.close() }
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: program)
+    process.arguments = arguments
+    process.environment = ["DISPATCH_ENGINE": engine]
+    process.standardInput = FileHandle(fileDescriptor: input, closeOnDealloc: false)
+    process.standardOutput = output
+    try process.run()
+    close(input)
+    feed()
+    process.waitUntilExit()
+    let status = process.terminationReason == .exit ? process.terminationStatus : 128 + process.terminationStatus
+    return (status, try Data(contentsOf: URL(fileURLWithPath: path)))
+}
