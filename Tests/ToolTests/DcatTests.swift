@@ -1097,6 +1097,22 @@ struct DcatTests {
         }
     }
 
+    /// A pipe as input needs the POSIX engine's reactor, which waits for it to be readable, beside the pool
+    /// and a worker: with room for four threads the engine stopped the process, since its pool had taken
+    /// four of the slots at start (0 of 20 runs went through). The pool now starts with one thread and grows
+    /// as work waits, and a reactor whose thread cannot start leaves the waits to the pool threads.
+    @Test func aPipeInputOnThePOSIXEngineRunsUnderAThreadLimit() throws {
+        try inScratch { scratch in
+            let drop = isRoot ? "setpriv --reuid=60999 --regid=60999 --clear-groups" : ""
+            let outcome = try scratch.run(
+                "head -c 300000 /dev/urandom > f; chmod 644 f; cat f f > expected; "
+                    + "cat f | \(drop) bash -c 'ulimit -u 4; DISPATCH_ENGINE=posix exec \"$DCAT\" - f' > out; "
+                    + "echo ${PIPESTATUS[1]}; cmp expected out && echo same"
+            )
+            #expect(outcome.text == "0\nsame\n", "\(outcome.stderr)")
+        }
+    }
+
     @Test func unreadableFileAsUnprivilegedUser() throws {
         try inScratch { scratch in
             let drop = isRoot ? "setpriv --reuid=65534 --regid=65534 --clear-groups" : ""

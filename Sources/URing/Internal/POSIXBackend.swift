@@ -54,6 +54,16 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     private var armedDeadline: Int64 = .max
     private var stopping = false
     private var threads: [pthread_t] = []
+    /// Pool threads started (at most ``poolSize``), and those waiting for work. The pool starts with one
+    /// and grows when work is queued with none waiting for it (``enqueue(_:)``): a process that never has
+    /// two calls under way at once starts no more, and one at its limit of threads (`ulimit -u`) keeps the
+    /// slots for the reactor's thread.
+    private var poolThreads = 1
+    private var idlePoolThreads = 0
+    /// A pool thread could not be started: the pool stays as it is.
+    private var poolCannotGrow = false
+    /// The reactor's thread could not be started: waits are the pool threads' own (see ``ensureReactor()``).
+    private var reactorThreadFailed = false
     // The reactor's descriptors, -1 until it is made; guarded by `lock`, and read by the reactor thread.
     private var epollFD: CInt = -1
     private var wakeFD: CInt = -1
@@ -83,16 +93,28 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
         pthread_cond_init(timersChanged, &attributes)
         pthread_condattr_destroy(&attributes)
-        var started = [spawn { $0.poolLoop() }]
-        for _ in 1..<Self.poolSize {
-            // Past the first, a thread the process cannot start (at its limit of threads or of address
-            // space) leaves the pool smaller instead of stopping the process: fewer calls run at once.
-            guard case .success(let thread) = startThread({ $0.poolLoop() }) else { break }
-            started.append(thread)
+        // The others start as work needs them (see `enqueue`). The reactor comes with the first wait: made
+        // here, it took three of the descriptors a process near its limit needs for its files (at `ulimit -n
+        // 6`, dcat could open none).
+        let first = spawn { $0.poolLoop() }
+        lock.withLock { threads.append(first) }
+    }
+
+    /// Queues `request` for the pool, and starts another pool thread when more work is queued than threads
+    /// wait for it. Past the first, a thread the process cannot start (at its limit of threads or of
+    /// address space) leaves the pool as it is instead of stopping the process: fewer calls run at once.
+    /// Lock held.
+    private func enqueue(_ request: Request) {
+        runQueue.push(request)
+        pthread_cond_signal(workAvailable)
+        guard runQueue.count > idlePoolThreads, poolThreads < Self.poolSize, !poolCannotGrow, !stopping else { return }
+        switch startThread({ $0.poolLoop() }) {
+        case .success(let thread):
+            threads.append(thread)
+            poolThreads += 1
+        case .failure:
+            poolCannotGrow = true
         }
-        // The reactor comes with the first wait: made here, it took three of the descriptors a process near
-        // its limit needs for its files (at `ulimit -n 6`, dcat could open none).
-        lock.withLock { threads = started }
     }
 
     deinit {
@@ -109,6 +131,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         if epollFD >= 0 { return nil }
         if stopping { return .canceled }
         if !reactorAllowed { return .tooManyOpenFiles }
+        if reactorThreadFailed { return .resourceTemporarilyUnavailable }
         let epoll = epoll_create1(CInt(EPOLL_CLOEXEC))
         let wake = epoll >= 0 ? eventfd(0, CInt(EFD_CLOEXEC | EFD_NONBLOCK)) : -1
         let timer = wake >= 0 ? timerfd_create(CLOCK_BOOTTIME, CInt(TFD_CLOEXEC | TFD_NONBLOCK)) : -1
@@ -121,9 +144,17 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         epoll_ctl(epoll, EPOLL_CTL_ADD, wake, &wakeEvent)
         var timerEvent = epoll_event(events: EPOLLIN.rawValue, data: epoll_data_t(u64: Self.timerKey))
         epoll_ctl(epoll, EPOLL_CTL_ADD, timer, &timerEvent)
+        // A process at its limit of threads waits without the reactor, on pool threads, as one without
+        // descriptors to spare does; it does not try again, since the pool keeps the threads it has.
+        guard case .success(let thread) = startThread({ $0.reactorLoop(epoll: epoll, wake: wake, timer: timer) })
+        else {
+            for fd in [epoll, wake, timer] { Glibc.close(fd) }
+            reactorThreadFailed = true
+            return .resourceTemporarilyUnavailable
+        }
         (epollFD, wakeFD, timerFD) = (epoll, wake, timer)
         descriptorsOpen.store(3, ordering: .releasing)
-        threads.append(spawn { $0.reactorLoop(epoll: epoll, wake: wake, timer: timer) })
+        threads.append(thread)
         return nil
     }
 
@@ -197,8 +228,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                 }
                 writeLanes[file] = WriteLane(holder: id)
             }
-            runQueue.push(request)
-            pthread_cond_signal(workAvailable)
+            enqueue(request)
             return true
         }
         if !accepted { handler(IOCompletion(result: 0, error: .socketShutdown)) }
@@ -240,8 +270,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             let next = lane.waiting.removeFirst()
             lane.holder = next.id
             writeLanes[file] = lane
-            runQueue.push(next)
-            pthread_cond_signal(workAvailable)
+            enqueue(next)
         }
     }
 
@@ -308,7 +337,9 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             while !stopping {
                 next = runQueue.pop()
                 if next != nil { break }
+                idlePoolThreads += 1
                 lock.wait(on: workAvailable)
+                idlePoolThreads -= 1
             }
             guard !stopping, let request = next else {
                 lock.unlock()
@@ -665,8 +696,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
             if ready {
                 requeueReady(request)
             } else {
-                runQueue.push(request)
-                pthread_cond_signal(workAvailable)
+                enqueue(request)
             }
             return .queued
         }
@@ -699,8 +729,7 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
     private func requeueReady(_ request: Request) {
         request.readinessEvents = 0
         request.readyHint = true
-        runQueue.push(request)
-        pthread_cond_signal(workAvailable)
+        enqueue(request)
     }
 
     private func reactorLoop(epoll epollFD: CInt, wake wakeFD: CInt, timer timerFD: CInt) {
@@ -989,6 +1018,9 @@ private struct FIFO {
     private var head = 0
 
     mutating func push(_ request: Request) { items.append(request) }
+
+    /// Requests queued, counting the places of those cancelled since (which `pop` skips).
+    var count: Int { items.count - head }
 
     mutating func pop() -> Request? {
         while head < items.count {
