@@ -119,22 +119,30 @@ private let streamWindows = 3
 /// The most one read handler call delivers on a stream, and so the most one read system call asks for:
 /// half a pooled buffer, of which a read touches only what it asks for.
 private let piece = 512 << 10
-/// The bytes one read operation asks for on a stream. A pipe's reads take a pooled buffer each, whatever
+/// The bytes one read operation asks for on a stream that keeps no boundaries (a stream socket, a block
+/// device; pipes and character devices take ``singleRead``). A pipe's reads took a pooled buffer each, whatever
 /// they bring, and every buffer stays until its bytes are written: 2 MiB windows read in 1 MiB pieces
 /// peaked at 9.5–15.5 MiB RSS for `cat big | dcat`, 1 MiB windows in 1 MiB pieces at 9.2–12.1, 1 MiB
 /// windows in 512 KiB pieces at 9.0–9.3, as fast in alternating runs (with 512 KiB pooled buffers: 8.0–8.6).
 private let streamWindow = 1 << 20
-/// What one read asks for from a socket that keeps messages: cat's 128 KiB. Such reads, and a pipe's, are
-/// windows of their own, one system call each, so that no read asks for less than a message and cuts it:
-/// a stream window's last read asks only for what the window has left (eleven datagrams of 100,000 bytes
-/// gave 1,048,576 bytes, helper-38; 2,000 packets of 3,000 bytes from a packet-mode pipe, 5,992,880 bytes,
-/// helper-62). A message longer than this is cut where cat cuts it.
+/// What one read asks for from a socket that keeps messages: cat's 128 KiB. Such reads, and those of pipes
+/// and devices, are windows of their own, one system call each, so that no read asks for less than a
+/// message and cuts it: a stream window's last read asks only for what the window has left (eleven
+/// datagrams of 100,000 bytes gave 1,048,576 bytes, helper-38; 2,000 packets of 3,000 bytes from a
+/// packet-mode pipe, 5,992,880 bytes, helper-62). A message longer than this is cut where cat cuts it.
 private let messageRead = 128 << 10
-/// What one read asks for from a pipe, the size ``growPipe`` gives it: in a window of its own, each read
-/// costs a return to the loop that starts the next. `cat big | dcat > /dev/null` took 304 ms in windows of
-/// 1 MiB read in pieces of 512 KiB, 344 in single reads of 512 KiB, and 324 in single reads of 1 MiB (cat
-/// 834), peaking at 7.1–9.0, 5.5–5.9 and 6.6–6.9 MiB (15 runs in turn, 2026-11-28).
-private let pipeRead = 1 << 20
+/// What one read asks for from a pipe or a character device, the size ``growPipe`` gives a pipe, in a
+/// window of its own (see ``messageRead``). A pipe may be in packet mode, which its read end cannot show,
+/// with packets of at most a page. A device may give one record per read and drop what the read did not
+/// ask for (a tun device's packet), or refuse a read shorter than its next record (`/dev/kmsg`, an input
+/// device's events: `EINVAL`; helper-66); a terminal gives a line per read, as cat reads it.
+///
+/// Each window costs a return to the loop that starts the next. `cat big | dcat > /dev/null` took 304 ms
+/// in windows of 1 MiB read in pieces of 512 KiB, 344 in single reads of 512 KiB, and 324 in single reads
+/// of 1 MiB (cat 834), peaking at 7.1–9.0, 5.5–5.9 and 6.6–6.9 MiB (15 runs in turn, 2026-11-28).
+/// `dcat /dev/zero | head -c 1G` took 235 ms in windows, 419 in single reads of cat's 128 KiB and 200 in
+/// single reads of 1 MiB (cat 500–544; 9 runs in turn).
+private let singleRead = 1 << 20
 
 /// The standard descriptors the process started without, each now open on /dev/null.
 let standardDescriptors = StandardDescriptors.reserve()
@@ -389,10 +397,14 @@ final class Concatenator: @unchecked Sendable {
             if ownsDescriptor { Glibc.close(fd) }
             closed.signal()
         }
-        // A read of a message socket asks for cat's 128 KiB, so that a message is cut only where cat cuts it.
-        // A pipe may be in packet mode, which its read end cannot tell, with packets of at most a page.
-        let readOnce: Int? =
-            keepsMessages(fd, mode: info.st_mode) ? messageRead : info.st_mode & S_IFMT == S_IFIFO ? pipeRead : nil
+        // Inputs that may keep message or record boundaries are read one system call per window (see
+        // ``messageRead``, ``singleRead``). Stream sockets and block devices have none to keep.
+        let readOnce: Int?
+        switch info.st_mode & S_IFMT {
+        case S_IFIFO, S_IFCHR: readOnce = singleRead
+        case S_IFSOCK where keepsMessages(fd, mode: info.st_mode): readOnce = messageRead
+        default: readOnce = nil
+        }
         let failure = copyStream(input, readOnce: readOnce)
         input.close()
         closed.wait()
