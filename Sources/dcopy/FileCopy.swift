@@ -56,12 +56,14 @@ final class FileCopy: @unchecked Sendable {
     /// A stream's chunk is being read: the next one's read waits for it to end (a terminal must not be read
     /// past the end of file its user typed), not for its writes.
     private var streamReading = false
-    /// The source is a pipe or FIFO: each chunk is one system call, which asks for the whole chunk. Any
-    /// other read asks only for what its chunk has left, and a pipe may be in packet mode (`pipe2` with
-    /// `O_DIRECT`; its read end cannot be told from any other pipe's), where a system call asking for less
-    /// than the next packet gets its first bytes and the kernel drops the rest: 2,000 packets of 3,000
-    /// bytes gave 5,992,880 bytes, status 0, where cp copied all 6,000,000. (A socket, the other source that
-    /// keeps messages, cannot be opened by name: `/dev/stdin` on one fails with `ENXIO`, for cp too.)
+    /// The source is a pipe, a FIFO or a character device: each chunk is one system call, which asks for the
+    /// whole chunk. Any other read asks only for what its chunk has left, and a pipe may be in packet mode
+    /// (`pipe2` with `O_DIRECT`; its read end cannot be told from any other pipe's), where a system call
+    /// asking for less than the next packet gets its first bytes and the kernel drops the rest: 2,000
+    /// packets of 3,000 bytes gave 5,992,880 bytes, status 0, where cp copied all 6,000,000. A device may
+    /// do the same with its records (a tun device's packets), or refuse such a read (`/dev/kmsg`: `EINVAL`).
+    /// (A socket, the other source that keeps messages, cannot be opened by name: `/dev/stdin` on one fails
+    /// with `ENXIO`, for cp too.)
     private var readsOncePerChunk = false
     /// A stream's write failed and its reading was stopped, as cp reads no more after a failed write.
     private var inputStopped = false
@@ -429,8 +431,9 @@ final class FileCopy: @unchecked Sendable {
         let canRun = lock.withLock { error == nil }
         guard canRun else { return end() }
         seekable = info.isRegularFile
-        readsOncePerChunk = info.mode & UInt32(S_IFMT) == UInt32(S_IFIFO)
-        if readsOncePerChunk { growPipe(sourceFD) }
+        let type = info.mode & UInt32(S_IFMT)
+        readsOncePerChunk = type == UInt32(S_IFIFO) || type == UInt32(S_IFCHR)
+        if type == UInt32(S_IFIFO) { growPipe(sourceFD) }
         var status = stat()
         // A file this copy created is regular; an existing destination may be a device or a FIFO.
         positionedOutput =

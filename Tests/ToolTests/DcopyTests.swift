@@ -814,6 +814,18 @@ struct DcopyTests {
         }
     }
 
+    // A character device copied for its bytes: a device may give one record per read and drop what the read
+    // did not ask for, or refuse a read shorter than its next record (/dev/kmsg: EINVAL), and a chunk's last
+    // read asked only for what the megabyte had left. Every read of a device now asks for a whole chunk,
+    // as the POSIX engine's system calls show on a terminal (where strace is installed).
+    @Test(.enabled(if: access("/usr/bin/strace", X_OK) == 0))
+    func everyReadOfADeviceAsksForAWholeChunk() throws {
+        try inScratch { scratch in
+            let arguments = ["/dev/stdin", "/dev/stdout"]
+            try expectDeviceReadsAskForAWholeMebibyte(Tools.dcopy, arguments: arguments, in: scratch)
+        }
+    }
+
     // A terminal copied for its bytes: each line is written as it is entered, as cp writes each read (dcopy
     // held them until a megabyte or the end had come, helper-48), and the end of file typed at a line's start
     // ends the copy (the next read waits for the last one to end: it is never read past that end).

@@ -303,3 +303,62 @@ func runFeeding(
     let status = process.terminationReason == .exit ? process.terminationStatus : 128 + process.terminationStatus
     return (status, try Data(contentsOf: URL(fileURLWithPath: path)))
 }
+
+/// Runs `executable` with `arguments` under strace, on the POSIX engine (io_uring's reads do not show in
+/// strace), with a pseudo-terminal, a character device, as standard input and standard output in a file of
+/// `scratch`; enters 300 lines of 4,000 bytes (more than a megabyte) and VEOF. Every byte must come out, and
+/// every read of the terminal must have asked for a whole mebibyte: a device may give one record per read
+/// and drop what a shorter read did not ask for, or refuse that read (`/dev/kmsg`: EINVAL).
+func expectDeviceReadsAskForAWholeMebibyte(_ executable: String, arguments: [String], in scratch: Scratch) throws {
+    let (master, slave) = try openPseudoTerminal()
+    defer { close(master) }
+    var settings = termios()
+    try #require(tcgetattr(slave, &settings) == 0)
+    let endOfFile = withUnsafeBytes(of: settings.c_cc) { $0[Int(VEOF)] }
+    // No echo: nobody reads the master's side, where it would pile up.
+    settings.c_lflag &= ~tcflag_t(ECHO)
+    try #require(tcsetattr(slave, TCSANOW, &settings) == 0)
+    _ = fcntl(master, F_SETFL, fcntl(master, F_GETFL) | O_NONBLOCK)
+    let trace = scratch.path + "/trace"
+    let copied = scratch.path + "/copied"
+    try #require(FileManager.default.createFile(atPath: copied, contents: nil))
+    let output = try FileHandle(forWritingTo: URL(fileURLWithPath: copied))
+    defer { try? output.close() }
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/usr/bin/strace")
+    process.arguments = ["-f", "-e", "trace=preadv2", "-o", trace, executable] + arguments
+    process.environment = ["DISPATCH_ENGINE": "posix"]
+    process.standardInput = FileHandle(fileDescriptor: slave, closeOnDealloc: false)
+    process.standardOutput = output
+    try process.run()
+    close(slave)
+    defer {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.waitUntilExit()
+    }
+    let line = [UInt8](repeating: UInt8(ascii: "x"), count: 3_999) + [10]
+    let deadline = ContinuousClock.now + .seconds(20)
+    func enter(_ bytes: [UInt8]) -> Bool {
+        var sent = 0
+        while sent < bytes.count && ContinuousClock.now < deadline {
+            var ready = pollfd(fd: master, events: Int16(POLLOUT), revents: 0)
+            guard poll(&ready, 1, 100) == 1 else { continue }
+            let count = bytes[sent...].withUnsafeBytes { write(master, $0.baseAddress, $0.count) }
+            if count > 0 { sent += count }
+        }
+        return sent == bytes.count
+    }
+    for _ in 0..<300 { try #require(enter(line)) }
+    try #require(enter([endOfFile]))
+    while process.isRunning && ContinuousClock.now < deadline { usleep(10_000) }
+    try #require(!process.isRunning, "still running")
+    #expect(process.terminationStatus == 0)
+    let bytes = try Data(contentsOf: URL(fileURLWithPath: copied))
+    #expect(bytes.count == 300 * line.count)
+    let calls = try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n").filter {
+        $0.contains("preadv2(")
+    }
+    let asked = Set(calls.compactMap { $0.firstMatch(of: /iov_len=(\d+)/).map { String($0.1) } })
+    #expect(!calls.isEmpty)
+    #expect(asked == ["1048576"], "\(asked.sorted())")
+}
