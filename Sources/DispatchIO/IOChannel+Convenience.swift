@@ -52,7 +52,7 @@ extension IOChannel {
             length: maxLength,
             settings: channel.core.currentSettings,
             queue: queue,
-            returnOnFirstData: true
+            minimumRead: maxLength
         ) { _, data, error in
             result.withLock { state in
                 if let data { state.data.append(data) }

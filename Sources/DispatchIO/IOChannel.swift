@@ -281,23 +281,26 @@ public final class IOChannel: Sendable {
         read(offset: offset, length: length, handlerQueue: nil, handler: handler)
     }
 
-    /// Reads as ``read(offset:length:queue:handler:)`` does, with the same calls, but on a pipe, socket,
-    /// terminal or device the read ends with the first system call that brings bytes, as the convenience
-    /// read does (B55). The handler gets them, then the final call; a final call with no bytes before it
-    /// is the end of file. A regular file is read to `length` or to its end, as by any read.
+    /// Reads up to `length` bytes as ``read(offset:length:queue:handler:)`` does, with the same calls, but
+    /// on a pipe, socket, terminal or device no system call asks for fewer than `minimum` bytes. Once
+    /// something has been read, the read ends where the next call would ask for less, with its last bytes
+    /// in the final call `(true, data, nil)`: a final call without bytes, `(true, empty, nil)`, is the end of
+    /// file, and only that. With `minimum` at `length` or more, the read ends with the first system call
+    /// that brings bytes, as the convenience read does (B55). A regular file is read to `length` or to its
+    /// end, as by any read. The high water mark must not be below `minimum`: it bounds each system call.
     ///
-    /// For descriptors that keep messages (a datagram or sequenced-packet socket, a packet-mode pipe): a
-    /// read asks the kernel for no more than its length has left, and a system call asking for less than
-    /// the next message gets its first bytes while the kernel drops the rest. A longer read that had taken
-    /// a first message would cut the second. This one makes a single system call, for the whole `length`
-    /// (at most the high water mark and 1 MiB), and so cuts only a message longer than that, as `read(2)`
-    /// of that many bytes does.
+    /// For descriptors that keep messages or records (a datagram or sequenced-packet socket, a packet-mode
+    /// pipe, some devices): a plain read asks the kernel for no more than its length has left, and a system
+    /// call asking for less than the next message gets its first bytes while the kernel drops the rest (or,
+    /// for some devices, fails with `EINVAL`). With this read a message is cut only where it is longer than
+    /// `minimum`, as `read(2)` of that many bytes would cut it.
     package func read(
-        firstDataUpTo length: Int,
+        length: Int,
+        askingAtLeast minimum: Int,
         queue: WorkQueue,
         handler: @escaping @Sendable (_ done: Bool, _ data: DispatchDataBuffer?, _ error: Errno?) -> Void
     ) {
-        read(offset: 0, length: length, handlerQueue: queue, returningOnFirstData: true) { done, data, error in
+        read(offset: 0, length: length, handlerQueue: queue, minimumRead: max(minimum, 1)) { done, data, error in
             handler(done, data, error)
         }
     }
@@ -306,7 +309,7 @@ public final class IOChannel: Sendable {
         offset: Int64,
         length: Int,
         handlerQueue queue: WorkQueue?,
-        returningOnFirstData: Bool = false,
+        minimumRead: Int = 1,
         handler: @escaping OwningReadHandler
     ) {
         if length == 0 {
@@ -322,7 +325,7 @@ public final class IOChannel: Sendable {
             length: length,
             settings: core.currentSettings,
             queue: queue,
-            returnOnFirstData: returningOnFirstData,
+            minimumRead: minimumRead,
             handler: handler
         )
         submit(operation, invalid: length < 0 || !isRepresentable(offset: offset))

@@ -119,30 +119,28 @@ private let streamWindows = 3
 /// The most one read handler call delivers on a stream, and so the most one read system call asks for:
 /// half a pooled buffer, of which a read touches only what it asks for.
 private let piece = 512 << 10
-/// The bytes one read operation asks for on a stream that keeps no boundaries (a stream socket, a block
-/// device; pipes and character devices take ``singleRead``). A pipe's reads took a pooled buffer each, whatever
+/// The bytes one read operation asks for on a stream. A pipe's reads take a pooled buffer each, whatever
 /// they bring, and every buffer stays until its bytes are written: 2 MiB windows read in 1 MiB pieces
 /// peaked at 9.5–15.5 MiB RSS for `cat big | dcat`, 1 MiB windows in 1 MiB pieces at 9.2–12.1, 1 MiB
 /// windows in 512 KiB pieces at 9.0–9.3, as fast in alternating runs (with 512 KiB pooled buffers: 8.0–8.6).
 private let streamWindow = 1 << 20
-/// What one read asks for from a socket that keeps messages: cat's 128 KiB. Such reads, and those of pipes
-/// and devices, are windows of their own, one system call each, so that no read asks for less than a
-/// message and cuts it: a stream window's last read asks only for what the window has left (eleven
-/// datagrams of 100,000 bytes gave 1,048,576 bytes, helper-38; 2,000 packets of 3,000 bytes from a
-/// packet-mode pipe, 5,992,880 bytes, helper-62). A message longer than this is cut where cat cuts it.
-private let messageRead = 128 << 10
-/// What one read asks for from a pipe or a character device, the size ``growPipe`` gives a pipe, in a
-/// window of its own (see ``messageRead``). A pipe may be in packet mode, which its read end cannot show,
-/// with packets of at most a page. A device may give one record per read and drop what the read did not
-/// ask for (a tun device's packet), or refuse a read shorter than its next record (`/dev/kmsg`, an input
-/// device's events: `EINVAL`; helper-66); a terminal gives a line per read, as cat reads it.
+/// The least a stream's read system call asks for: cat's 128 KiB. A window ends where its next read would
+/// ask for less (``IOChannel/read(length:askingAtLeast:queue:handler:)``): a read that asks for less than
+/// the next message of a datagram or sequenced-packet socket, or packet of a packet-mode pipe, gets its
+/// first bytes and the kernel drops the rest, and a window's last read used to ask only for what the window
+/// had left (eleven datagrams of 100,000 bytes gave 1,048,576 bytes, status 0, helper-38; 2,000 packets of
+/// 3,000 bytes, 5,992,880 bytes, helper-62). A device may do the same with its records (a tun device's
+/// packets), or refuse the read (`/dev/kmsg`, an input device's events: `EINVAL`; helper-66). A socket that
+/// keeps messages is read in system calls of exactly this size, so that a longer message is cut where
+/// cat's read cuts it.
 ///
-/// Each window costs a return to the loop that starts the next. `cat big | dcat > /dev/null` took 304 ms
-/// in windows of 1 MiB read in pieces of 512 KiB, 344 in single reads of 512 KiB, and 324 in single reads
-/// of 1 MiB (cat 834), peaking at 7.1–9.0, 5.5–5.9 and 6.6–6.9 MiB (15 runs in turn, 2026-11-28).
-/// `dcat /dev/zero | head -c 1G` took 235 ms in windows, 419 in single reads of cat's 128 KiB and 200 in
-/// single reads of 1 MiB (cat 500–544; 9 runs in turn).
-private let singleRead = 1 << 20
+/// Measured against windows of one system call each (2026-11-28, runs in turn): `cat big | dcat >
+/// /dev/null` took 304 ms in 1 MiB windows read in pieces, 344 in single reads of 512 KiB and 324 in single
+/// reads of 1 MiB (cat 834, 15 runs); `dcat /dev/zero | head -c 1G` 235 ms in windows, 419 in single reads
+/// of 128 KiB and 200 in single reads of 1 MiB (cat 500–544, 9 runs); and single reads made each of a
+/// packet-mode pipe's packets a window of its own (dcopy's chunks: 0.34 s for 10,000 packets of 4 KiB
+/// against 0.14, helper-67).
+private let messageRead = 128 << 10
 
 /// The standard descriptors the process started without, each now open on /dev/null.
 let standardDescriptors = StandardDescriptors.reserve()
@@ -397,15 +395,7 @@ final class Concatenator: @unchecked Sendable {
             if ownsDescriptor { Glibc.close(fd) }
             closed.signal()
         }
-        // Inputs that may keep message or record boundaries are read one system call per window (see
-        // ``messageRead``, ``singleRead``). Stream sockets and block devices have none to keep.
-        let readOnce: Int?
-        switch info.st_mode & S_IFMT {
-        case S_IFIFO, S_IFCHR: readOnce = singleRead
-        case S_IFSOCK where keepsMessages(fd, mode: info.st_mode): readOnce = messageRead
-        default: readOnce = nil
-        }
-        let failure = copyStream(input, readOnce: readOnce)
+        let failure = copyStream(input, messages: keepsMessages(fd, mode: info.st_mode))
         input.close()
         closed.wait()
         // Its writes done before a later file's messages, which are printed from the handler queue.
@@ -449,15 +439,15 @@ final class Concatenator: @unchecked Sendable {
 
     // MARK: Streams
 
-    /// Reads a pipe, socket or terminal one window at a time, delivering whatever arrives at once, and
-    /// writes each piece as it comes. The next window waits to know whether this one reached end of file,
-    /// so a terminal is never read past the end of file its user typed. With `readOnce`, each window is one
-    /// system call asking for that many bytes (see ``messageRead``).
-    private func copyStream(_ input: IOChannel, readOnce: Int?) -> Errno? {
+    /// Reads a pipe, socket, terminal or device one window at a time, delivering whatever arrives at once,
+    /// and writes each piece as it comes. The next window waits to know whether this one reached end of
+    /// file, so a terminal is never read past the end of file its user typed. No read asks for less than
+    /// ``messageRead``, and one of a socket that keeps `messages` for exactly that.
+    private func copyStream(_ input: IOChannel, messages: Bool) -> Errno? {
         // Deliver whatever arrives at once (a terminal line, a pipe's few bytes), in pieces of at most `piece`
-        // bytes, or of what one read asks for.
+        // bytes, which is also the most one system call asks for.
         input.setLimit(lowWater: 1)
-        input.setLimit(highWater: readOnce ?? piece)
+        input.setLimit(highWater: messages ? messageRead : piece)
         let reads = WorkGroup()
         let progress = Locked<(ended: Bool, error: Errno?)>((false, nil))
         while true {
@@ -467,7 +457,7 @@ final class Concatenator: @unchecked Sendable {
                 break
             }
             reads.enter()
-            startWindow(input, readOnce: readOnce, reads: reads, progress: progress)
+            startWindow(input, reads: reads, progress: progress)
             reads.wait()
         }
         return progress.withLock { $0.error }
@@ -492,52 +482,40 @@ final class Concatenator: @unchecked Sendable {
     }
 
     /// Reads one window from `input` and writes each piece to standard output; the window's credit comes
-    /// back once the read has ended and every write of its data has completed. With `readOnce`, the window
-    /// is one system call's bytes, of at most that many.
+    /// back once the read has ended and every write of its data has completed.
     private func startWindow(
         _ input: IOChannel,
-        readOnce: Int?,
         reads: WorkGroup,
         progress: Locked<(ended: Bool, error: Errno?)>
     ) {
-        // Writes of this window still running, plus one for the read itself; bytes read so far.
-        let pending = Locked<(count: Int, bytes: Int)>((1, 0))
+        // Writes of this window still running, plus one for the read itself.
+        let pending = Locked<Int>(1)
         let credits = self.credits
         let release: @Sendable () -> Void = {
-            let last = pending.withLock { state -> Bool in
-                state.count -= 1
-                return state.count == 0
+            let last = pending.withLock { count -> Bool in
+                count -= 1
+                return count == 0
             }
             if last { credits.signal() }
         }
-        let handler: @Sendable (Bool, DispatchDataBuffer?, Errno?) -> Void = { [self] done, data, error in
+        input.read(length: streamWindow, askingAtLeast: messageRead, queue: queue) { [self] done, data, error in
             if let data, !data.isEmpty {
-                pending.withLock { state in
-                    state.count += 1
-                    state.bytes += data.count
-                }
+                pending.withLock { $0 += 1 }
                 // Handlers run one at a time on the serial queue, in read order: offsets follow the bytes.
                 writeWindow(data, written: release)
             }
             guard done else { return }
-            let bytes = pending.withLock { $0.bytes }
             progress.withLock { state in
                 if let error {
                     state.ended = true
                     state.error = error
-                } else if readOnce == nil ? bytes < streamWindow : bytes == 0 {
-                    // A read operation delivers until its length or end of file: short means the end. One
-                    // that ends at its first bytes ends with nothing only there.
+                } else if data?.isEmpty ?? true {
+                    // Only the end of file ends the read with a final call that brings nothing.
                     state.ended = true
                 }
             }
             release()
             reads.leave()
-        }
-        if let readOnce {
-            input.read(firstDataUpTo: readOnce, queue: queue, handler: handler)
-        } else {
-            input.read(offset: 0, length: streamWindow, queue: queue, handler: handler)
         }
     }
 

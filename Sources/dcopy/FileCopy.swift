@@ -56,15 +56,6 @@ final class FileCopy: @unchecked Sendable {
     /// A stream's chunk is being read: the next one's read waits for it to end (a terminal must not be read
     /// past the end of file its user typed), not for its writes.
     private var streamReading = false
-    /// The source is a pipe, a FIFO or a character device: each chunk is one system call, which asks for the
-    /// whole chunk. Any other read asks only for what its chunk has left, and a pipe may be in packet mode
-    /// (`pipe2` with `O_DIRECT`; its read end cannot be told from any other pipe's), where a system call
-    /// asking for less than the next packet gets its first bytes and the kernel drops the rest: 2,000
-    /// packets of 3,000 bytes gave 5,992,880 bytes, status 0, where cp copied all 6,000,000. A device may
-    /// do the same with its records (a tun device's packets), or refuse such a read (`/dev/kmsg`: `EINVAL`).
-    /// (A socket, the other source that keeps messages, cannot be opened by name: `/dev/stdin` on one fails
-    /// with `ENXIO`, for cp too.)
-    private var readsOncePerChunk = false
     /// A stream's write failed and its reading was stopped, as cp reads no more after a failed write.
     private var inputStopped = false
     private var waitingForBudget = false
@@ -431,9 +422,7 @@ final class FileCopy: @unchecked Sendable {
         let canRun = lock.withLock { error == nil }
         guard canRun else { return end() }
         seekable = info.isRegularFile
-        let type = info.mode & UInt32(S_IFMT)
-        readsOncePerChunk = type == UInt32(S_IFIFO) || type == UInt32(S_IFCHR)
-        if type == UInt32(S_IFIFO) { growPipe(sourceFD) }
+        if info.mode & UInt32(S_IFMT) == UInt32(S_IFIFO) { growPipe(sourceFD) }
         var status = stat()
         // A file this copy created is regular; an existing destination may be a device or a FIFO.
         positionedOutput =
@@ -605,7 +594,10 @@ final class FileCopy: @unchecked Sendable {
             }
             if let (error, failedFrom) = ended { chunkDone(error: error, failedFrom: failedFrom) }
         }
-        let handler: @Sendable (Bool, DispatchDataBuffer?, Errno?) -> Void = { [self] done, data, failure in
+        // No system call asks for less than cp's 128 KiB: the chunk ends where the next one would (see
+        // `Limits.leastStreamRead`), and the next chunk goes on after the bytes this one brought.
+        input.read(length: length, askingAtLeast: Limits.leastStreamRead, queue: queue) {
+            [self] done, data, failure in
             if let data, !data.isEmpty, !lock.withLock({ inputStopped }) {
                 // Handlers run in order on the serial queue: each piece goes after the one before.
                 let at = state.withLock { state -> Int64 in
@@ -645,26 +637,16 @@ final class FileCopy: @unchecked Sendable {
                 }
                 return state.received
             }
+            let endOfFile = failure == nil && data?.isEmpty ?? true
             lock.withLock {
                 streamReading = false
-                if readsOncePerChunk {
-                    // It ended with its first bytes: the next read goes on after them, and one that brought
-                    // nothing found the end.
-                    next = offset + Int64(received)
-                    if received == 0 { reachedEnd = true }
-                } else if received < length {
-                    // Any other stream's read ends short only at its end (or an error).
-                    reachedEnd = true
-                }
+                next = offset + Int64(received)
+                // Only the end of file ends the read with a final call that brings nothing.
+                if endOfFile { reachedEnd = true }
             }
             release()
             // The next chunk's read, while this one's pieces may still be written.
             pump()
-        }
-        if readsOncePerChunk {
-            input.read(firstDataUpTo: length, queue: queue, handler: handler)
-        } else {
-            input.read(offset: offset, length: length, queue: queue, handler: handler)
         }
     }
 

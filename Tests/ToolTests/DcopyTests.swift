@@ -783,8 +783,8 @@ struct DcopyTests {
 
     // A packet-mode pipe (pipe2 with O_DIRECT) copied for its bytes: a system call asking for less than the
     // next packet gets its first bytes, and the kernel drops the rest. A chunk's last read asked only for what
-    // the chunk had left: 2,000 packets of 3,000 bytes gave 5,992,880 bytes, status 0. Each read of a pipe now
-    // asks for a whole chunk.
+    // the chunk had left: 2,000 packets of 3,000 bytes gave 5,992,880 bytes, status 0. No read of a pipe now
+    // asks for less than cp's 128 KiB.
     @Test func aPacketModePipeSourceLosesNoPacket() throws {
         let packets = (0..<2_000).map { index in (0..<3_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ index) } }
         let expected = Data(packets.joined())
@@ -816,13 +816,13 @@ struct DcopyTests {
 
     // A character device copied for its bytes: a device may give one record per read and drop what the read
     // did not ask for, or refuse a read shorter than its next record (/dev/kmsg: EINVAL), and a chunk's last
-    // read asked only for what the megabyte had left. Every read of a device now asks for a whole chunk,
-    // as the POSIX engine's system calls show on a terminal (where strace is installed).
+    // read asked only for what the megabyte had left. No read of a device now asks for less than cp's 128
+    // KiB, as the POSIX engine's system calls show on a terminal (where strace is installed).
     @Test(.enabled(if: access("/usr/bin/strace", X_OK) == 0))
-    func everyReadOfADeviceAsksForAWholeChunk() throws {
+    func noReadOfADeviceAsksForLessThanCps() throws {
         try inScratch { scratch in
             let arguments = ["/dev/stdin", "/dev/stdout"]
-            try expectDeviceReadsAskForAWholeMebibyte(Tools.dcopy, arguments: arguments, in: scratch)
+            try expectNoDeviceReadAsksForLessThan128KiB(Tools.dcopy, arguments: arguments, in: scratch)
         }
     }
 

@@ -171,8 +171,13 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
     private let requestedOffset: Int64
     private let handler: Handler
     private let pool = BufferPool.shared
-    /// Complete after the first data on a stream (the convenience read's rule, B55).
-    private let returnOnFirstData: Bool
+    /// On a stream (not read at offsets), no system call asks for fewer bytes: once something has been
+    /// read, the read ends where the next call would ask for less, its last bytes in the final call
+    /// (``IOChannel/read(length:askingAtLeast:queue:handler:)``). 1 for a plain read; the convenience read's
+    /// `maxLength` ends it with its first bytes (B55).
+    private let minimumRead: Int
+    /// The read ended by ``minimumRead``, not at its length or end of file.
+    private var endedBeforeLength = false
 
     // Guarded by `lock`.
     private var fd: CInt = -1
@@ -210,13 +215,13 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
         length: Int,
         settings: ChannelSettings,
         queue: WorkQueue?,
-        returnOnFirstData: Bool = false,
+        minimumRead: Int = 1,
         handler: @escaping Handler
     ) {
         self.length = length
         self.requestedOffset = offset
         self.handler = handler
-        self.returnOnFirstData = returnOnFirstData
+        self.minimumRead = minimumRead
         super.init(channel: channel, settings: settings, queue: queue)
     }
 
@@ -425,7 +430,12 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                     arrived[sequence] = nil
                 }
             }
-            if received >= length || reachedEOF || (returnOnFirstData && count > 0 && !positioned) {
+            if received >= length || reachedEOF {
+                end(error: nil)
+                return
+            }
+            if !positioned && count > 0 && length - received < minimumRead {
+                endedBeforeLength = true
                 end(error: nil)
                 return
             }
@@ -457,7 +467,8 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
             if !pending.isEmpty { deliver(done: false, data: pending, error: nil) }
             pending = DispatchDataBuffer()
             deliver(done: true, data: nil, error: error)
-        } else if received >= length {
+        } else if received >= length || endedBeforeLength {
+            // The last bytes come in the final call, so that it is not taken for the end of file.
             deliver(done: true, data: pending, error: nil)
             pending = DispatchDataBuffer()
         } else {
