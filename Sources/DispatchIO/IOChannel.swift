@@ -282,12 +282,14 @@ public final class IOChannel: Sendable {
     }
 
     /// Reads up to `length` bytes as ``read(offset:length:queue:handler:)`` does, with the same calls, but
-    /// on a pipe, socket, terminal or device no system call asks for fewer than `minimum` bytes. Once
-    /// something has been read, the read ends where the next call would ask for less, with its last bytes
-    /// in the final call `(true, data, nil)`: a final call without bytes, `(true, empty, nil)`, is the end of
-    /// file, and only that. With `minimum` at `length` or more, the read ends with the first system call
-    /// that brings bytes, as the convenience read does (B55). A regular file is read to `length` or to its
-    /// end, as by any read. The high water mark must not be below `minimum`: it bounds each system call.
+    /// on a pipe, socket, terminal or device no system call asks for fewer than `minimum` bytes (or than
+    /// `length`, where that is less). Once something has been read, the read ends where the next call would
+    /// ask for less (what is left of `length`, or the room under the high water mark beside bytes held
+    /// below the low water mark), with its last bytes in the final call `(true, data, nil)`: a final call
+    /// without bytes, `(true, empty, nil)`, is the end of file, and only that. With `minimum` at `length` or
+    /// more, the read ends with the first system call that brings bytes, as the convenience read does
+    /// (B55). A regular file is read to `length` or to its end, as by any read. The high water mark must not
+    /// be below `minimum`: it bounds each system call.
     ///
     /// For descriptors that keep messages or records (a datagram or sequenced-packet socket, a packet-mode
     /// pipe, some devices): a plain read asks the kernel for no more than its length has left, and a system

@@ -63,6 +63,31 @@ final class LeastReadTests {
         channel.close()
     }
 
+    // Bytes held below the low water mark leave less room under the high water mark for the next call: with
+    // only the high water mark set to 4,096 (which lowers the low water mark to it, B22), a message of 100
+    // bytes is held, and the next call would have asked for 3,996 and cut the 4,096-byte message behind it
+    // (helper-68). The read ends there instead, with the 100 bytes in its final call.
+    @Test(arguments: EngineKind.allCases)
+    func bytesHeldBelowTheLowWaterMarkEndTheRead(kind: EngineKind) async throws {
+        var ends: [CInt] = [-1, -1]
+        try #require(socketpair(AF_UNIX, CInt(SOCK_SEQPACKET.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0, &ends) == 0)
+        let messages = [pattern(100, seed: 7), pattern(4_096, seed: 8)]
+        for message in messages {
+            try #require(send(ends[0], message, message.count, 0) == message.count)
+        }
+        close(ends[0])
+        let fd = FileDescriptor(rawValue: ends[1])
+        defer { try? fd.close() }
+        let channel = makeChannel(.stream, fd, kind)
+        channel.setLimit(highWater: 4_096)
+        let first = await read(channel, 8_192, least: 4_096)
+        #expect(first.soFar == [Call(done: true, count: 100, error: nil)])
+        let second = await read(channel, 8_192, least: 4_096)
+        expectSameBytes(second.bytes, messages[1])
+        #expect(second.soFar.last?.done == true)
+        channel.close()
+    }
+
     // Asking for at least the whole length ends the read with the first system call that brings bytes, as
     // the convenience read does (B55): a pipe's read takes what the pipe holds and waits for nothing more.
     @Test(arguments: EngineKind.allCases)

@@ -328,6 +328,16 @@ final class ReadOperation: IOOperation, @unchecked Sendable {
                 let tail = positioned && sizeAtOpen - startOffset - Int64(issued) < Int64(BufferPool.probes.size)
                 let chunkPool = probe || tail ? BufferPool.probes : pool
                 let size = min(chunkPool.size, length - issued, room, Int(clamping: offsetRoom))
+                // Bytes held below the low water mark leave less room under the high water mark: a call that
+                // would ask for less than the least ends the read instead, with those bytes in the final call
+                // (the length's own end is caught as the bytes arrive, in `deliverArrived`; helper-68).
+                if !positioned && size < minimumRead && received > 0 {
+                    if inFlight.isEmpty {
+                        endedBeforeLength = true
+                        end(error: nil)
+                    }
+                    break
+                }
                 let buffer = chunkPool.take()
                 let sequence = nextSequence
                 nextSequence += 1
