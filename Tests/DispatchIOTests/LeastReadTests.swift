@@ -20,6 +20,17 @@ final class LeastReadTests {
 
     deinit { dir.cleanup() }
 
+    /// The reading end of a sequenced-packet socket pair holding `messages`, its other end closed.
+    func socketHolding(_ messages: [[UInt8]]) throws -> FileDescriptor {
+        var ends: [CInt] = [-1, -1]
+        try #require(socketpair(AF_UNIX, CInt(SOCK_SEQPACKET.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0, &ends) == 0)
+        defer { close(ends[0]) }
+        for message in messages {
+            try #require(send(ends[0], message, message.count, 0) == message.count)
+        }
+        return FileDescriptor(rawValue: ends[1])
+    }
+
     /// Reads `length` bytes asking for at least `least` at a time, and waits for the final call.
     func read(_ channel: IOChannel, _ length: Int, least: Int) async -> Recorder {
         let recorder = Recorder()
@@ -33,16 +44,10 @@ final class LeastReadTests {
     // whole in the next. A plain read of 8,192 bytes asks for those 1,192 and cuts the third message there.
     @Test(arguments: EngineKind.allCases)
     func noMessageUpToTheLeastIsCut(kind: EngineKind) async throws {
-        var ends: [CInt] = [-1, -1]
-        try #require(socketpair(AF_UNIX, CInt(SOCK_SEQPACKET.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0, &ends) == 0)
         let messages = [
             pattern(3_000, seed: 1), pattern(4_000, seed: 2), pattern(4_096, seed: 3), pattern(100, seed: 4),
         ]
-        for message in messages {
-            try #require(send(ends[0], message, message.count, 0) == message.count)
-        }
-        close(ends[0])
-        let fd = FileDescriptor(rawValue: ends[1])
+        let fd = try socketHolding(messages)
         defer { try? fd.close() }
         let channel = makeChannel(.stream, fd, kind)
         channel.setLimit(lowWater: 1)
@@ -69,14 +74,8 @@ final class LeastReadTests {
     // (helper-68). The read ends there instead, with the 100 bytes in its final call.
     @Test(arguments: EngineKind.allCases)
     func bytesHeldBelowTheLowWaterMarkEndTheRead(kind: EngineKind) async throws {
-        var ends: [CInt] = [-1, -1]
-        try #require(socketpair(AF_UNIX, CInt(SOCK_SEQPACKET.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0, &ends) == 0)
         let messages = [pattern(100, seed: 7), pattern(4_096, seed: 8)]
-        for message in messages {
-            try #require(send(ends[0], message, message.count, 0) == message.count)
-        }
-        close(ends[0])
-        let fd = FileDescriptor(rawValue: ends[1])
+        let fd = try socketHolding(messages)
         defer { try? fd.close() }
         let channel = makeChannel(.stream, fd, kind)
         channel.setLimit(highWater: 4_096)

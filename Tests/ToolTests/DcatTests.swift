@@ -835,27 +835,8 @@ struct DcatTests {
                     socketpair(AF_UNIX, CInt(SOCK_SEQPACKET.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0, &ends) == 0
                 )
                 defer { close(ends[0]) }
-                // The messages are counted up to the file's size, not to the end of the stream: Process may
-                // keep a descriptor of the socket's other end until it is released, and a read for the end
-                // would wait for that. A read that waits 10 s stops the loop instead of hanging the test.
-                var limit = timeval(tv_sec: 10, tv_usec: 0)
-                setsockopt(ends[0], SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-                let process = Process()
-                process.executableURL = URL(fileURLWithPath: Tools.dcat)
-                process.arguments = ["a", "b", "c", "f"].map { scratch.path + "/" + $0 }
-                process.environment = ["DISPATCH_ENGINE": engine]
-                process.standardOutput = FileHandle(fileDescriptor: ends[1], closeOnDealloc: false)
-                try process.run()
-                close(ends[1])
-                var sizes: [Int] = []
-                var buffer = [UInt8](repeating: 0, count: 1 << 20)
-                while sizes.reduce(0, +) < 298_947 {
-                    let count = recv(ends[0], &buffer, buffer.count, 0)
-                    if count <= 0 { break }
-                    sizes.append(count)
-                }
-                process.waitUntilExit()
-                #expect(process.terminationStatus == 0, "\(engine)")
+                let (status, sizes) = try messagesOfFiles(Tools.dcat, engine: engine, ends: ends, in: scratch)
+                #expect(status == 0, "\(engine)")
                 #expect(sizes == [1_146, 26_605, 21_196, 131_072, 118_928], "\(engine)")
             }
         }
@@ -920,26 +901,7 @@ struct DcatTests {
     // The same with a packet-mode pipe (pipe2 with O_DIRECT, packets of at most PIPE_BUF): 2,000 packets of
     // 3,000 bytes gave 5,992,880 bytes, status 0, where cat gives all 6,000,000 (helper-62).
     @Test func aPacketModePipeAsInputLosesNoPacket() throws {
-        let packets = (0..<2_000).map { index in (0..<3_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ index) } }
-        let expected = Data(packets.joined())
-        try inScratch { scratch in
-            for (program, engine) in [("/bin/cat", ""), (Tools.dcat, "uring"), (Tools.dcat, "posix")] {
-                var ends: [CInt] = [-1, -1]
-                try #require(glibc_extras_pipe2(&ends, __O_DIRECT | O_CLOEXEC) == 0)
-                let (status, output) = try runFeeding(program, engine: engine, input: ends[0], in: scratch) {
-                    defer { close(ends[1]) }
-                    for packet in packets {
-                        var ready = pollfd(fd: ends[1], events: Int16(POLLOUT), revents: 0)
-                        guard poll(&ready, 1, 10_000) == 1, ready.revents & Int16(POLLOUT) != 0,
-                            write(ends[1], packet, packet.count) == packet.count
-                        else { return }
-                    }
-                }
-                #expect(status == 0, "\(program) \(engine)")
-                #expect(output.count == expected.count, "\(program) \(engine)")
-                #expect(output == expected ? true : false, "\(program) \(engine)")
-            }
-        }
+        try expectEveryPacketCopied(by: Tools.dcat, as: "/bin/cat", arguments: [])
     }
 
     // A character device may give one record per read and drop what the read did not ask for (a tun
@@ -967,25 +929,8 @@ struct DcatTests {
                 var ends: [CInt] = [-1, -1]
                 try #require(glibc_extras_pipe2(&ends, __O_DIRECT | O_CLOEXEC) == 0)
                 defer { close(ends[0]) }
-                let process = Process()
-                process.executableURL = URL(fileURLWithPath: program)
-                process.arguments = ["a", "b", "c", "f"].map { scratch.path + "/" + $0 }
-                process.environment = ["DISPATCH_ENGINE": engine]
-                process.standardOutput = FileHandle(fileDescriptor: ends[1], closeOnDealloc: false)
-                try process.run()
-                close(ends[1])
-                // Counted up to the files' size, each read waiting at most 10 s (see the socket's case above).
-                var sizes: [Int] = []
-                var buffer = [UInt8](repeating: 0, count: 1 << 16)
-                while sizes.reduce(0, +) < 298_947 {
-                    var ready = pollfd(fd: ends[0], events: Int16(POLLIN), revents: 0)
-                    guard poll(&ready, 1, 10_000) == 1 else { break }
-                    let count = read(ends[0], &buffer, buffer.count)
-                    if count <= 0 { break }
-                    sizes.append(count)
-                }
-                process.waitUntilExit()
-                #expect(process.terminationStatus == 0, "\(program) \(engine)")
+                let (status, sizes) = try messagesOfFiles(program, engine: engine, ends: ends, in: scratch)
+                #expect(status == 0, "\(program) \(engine)")
                 packetsOf[program + engine] = sizes
             }
             let cats = try #require(packetsOf["/bin/cat"])
@@ -1136,6 +1081,38 @@ struct DcatTests {
             #expect(ours == Outcome(status: 1, stdout: Data("ok".utf8), stderr: "dcat: locked: Permission denied\n"))
         }
     }
+}
+
+/// Runs `program` (on `engine`, when it is dcat) on the files `a`, `b`, `c` and `f` of `scratch`, 298,947
+/// bytes in all, with `ends[1]` (closed here) as its standard output, and reads the messages or packets
+/// that arrive at `ends[0]`; returns the exit status and each message's size. The messages are counted up
+/// to the files' size, not to the end of the stream: Process may keep a descriptor of the other end until it
+/// is released, and a read for the end would wait for that. A read that waits 10 s stops the loop instead
+/// of hanging the test.
+private func messagesOfFiles(
+    _ program: String,
+    engine: String,
+    ends: [CInt],
+    in scratch: Scratch
+) throws -> (status: Int32, sizes: [Int]) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: program)
+    process.arguments = ["a", "b", "c", "f"].map { scratch.path + "/" + $0 }
+    process.environment = ["DISPATCH_ENGINE": engine]
+    process.standardOutput = FileHandle(fileDescriptor: ends[1], closeOnDealloc: false)
+    try process.run()
+    close(ends[1])
+    var sizes: [Int] = []
+    var buffer = [UInt8](repeating: 0, count: 1 << 20)
+    while sizes.reduce(0, +) < 298_947 {
+        var ready = pollfd(fd: ends[0], events: Int16(POLLIN), revents: 0)
+        guard poll(&ready, 1, 10_000) == 1 else { break }
+        let count = read(ends[0], &buffer, buffer.count)
+        if count <= 0 { break }
+        sizes.append(count)
+    }
+    process.waitUntilExit()
+    return (process.terminationStatus, sizes)
 }
 
 /// dcat started on `engine` with `output` as its standard output, for a write error to end it.

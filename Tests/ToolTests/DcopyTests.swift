@@ -1,4 +1,3 @@
-import CGlibcExtras
 import Foundation
 import Testing
 
@@ -786,32 +785,7 @@ struct DcopyTests {
     // the chunk had left: 2,000 packets of 3,000 bytes gave 5,992,880 bytes, status 0. No read of a pipe now
     // asks for less than cp's 128 KiB.
     @Test func aPacketModePipeSourceLosesNoPacket() throws {
-        let packets = (0..<2_000).map { index in (0..<3_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ index) } }
-        let expected = Data(packets.joined())
-        try inScratch { scratch in
-            for (program, engine) in [("/bin/cp", ""), (Tools.dcopy, "uring"), (Tools.dcopy, "posix")] {
-                var ends: [CInt] = [-1, -1]
-                try #require(glibc_extras_pipe2(&ends, __O_DIRECT | O_CLOEXEC) == 0)
-                let (status, output) = try runFeeding(
-                    program,
-                    arguments: ["/dev/stdin", "/dev/stdout"],
-                    engine: engine,
-                    input: ends[0],
-                    in: scratch
-                ) {
-                    defer { close(ends[1]) }
-                    for packet in packets {
-                        var ready = pollfd(fd: ends[1], events: Int16(POLLOUT), revents: 0)
-                        guard poll(&ready, 1, 10_000) == 1, ready.revents & Int16(POLLOUT) != 0,
-                            write(ends[1], packet, packet.count) == packet.count
-                        else { return }
-                    }
-                }
-                #expect(status == 0, "\(program) \(engine)")
-                #expect(output.count == expected.count, "\(program) \(engine)")
-                #expect(output == expected ? true : false, "\(program) \(engine)")
-            }
-        }
+        try expectEveryPacketCopied(by: Tools.dcopy, as: "/bin/cp", arguments: ["/dev/stdin", "/dev/stdout"])
     }
 
     // A character device copied for its bytes: a device may give one record per read and drop what the read

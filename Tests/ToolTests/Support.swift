@@ -1,3 +1,4 @@
+import CGlibcExtras
 import Foundation
 import Testing
 
@@ -361,4 +362,37 @@ func expectNoDeviceReadAsksForLessThan128KiB(_ executable: String, arguments: [S
     let asked = calls.compactMap { $0.firstMatch(of: /iov_len=(\d+)/).flatMap { Int($0.1) } }
     #expect(!asked.isEmpty)
     #expect(asked.allSatisfy { $0 >= 128 << 10 }, "\(Set(asked).sorted())")
+}
+
+/// Feeds 2,000 packets of 3,000 bytes through a packet-mode pipe (`pipe2` with `O_DIRECT`) into `peer` and
+/// into `tool` on each engine, all run with `arguments`, and expects status 0 and every byte on standard
+/// output from each. A read that asks for less than the next packet gets its first bytes, and the kernel
+/// drops the rest.
+func expectEveryPacketCopied(by tool: String, as peer: String, arguments: [String]) throws {
+    let packets = (0..<2_000).map { index in (0..<3_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ index) } }
+    let expected = Data(packets.joined())
+    try inScratch { scratch in
+        for (program, engine) in [(peer, ""), (tool, "uring"), (tool, "posix")] {
+            var ends: [CInt] = [-1, -1]
+            try #require(glibc_extras_pipe2(&ends, __O_DIRECT | O_CLOEXEC) == 0)
+            let (status, output) = try runFeeding(
+                program,
+                arguments: arguments,
+                engine: engine,
+                input: ends[0],
+                in: scratch
+            ) {
+                defer { close(ends[1]) }
+                for packet in packets {
+                    var ready = pollfd(fd: ends[1], events: Int16(POLLOUT), revents: 0)
+                    guard poll(&ready, 1, 10_000) == 1, ready.revents & Int16(POLLOUT) != 0,
+                        write(ends[1], packet, packet.count) == packet.count
+                    else { return }
+                }
+            }
+            #expect(status == 0, "\(program) \(engine)")
+            #expect(output.count == expected.count, "\(program) \(engine)")
+            #expect(output == expected ? true : false, "\(program) \(engine)")
+        }
+    }
 }
