@@ -100,14 +100,24 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
         lock.withLock { threads.append(first) }
     }
 
-    /// Queues `request` for the pool, and starts another pool thread when more work is queued than threads
-    /// wait for it. Past the first, a thread the process cannot start (at its limit of threads or of
-    /// address space) leaves the pool as it is instead of stopping the process: fewer calls run at once.
+    /// Queues `request` for the pool, and starts another pool thread if it needs one (``growPoolIfBusy()``).
     /// Lock held.
     private func enqueue(_ request: Request) {
         runQueue.push(request)
         pthread_cond_signal(workAvailable)
-        guard runQueue.count > idlePoolThreads, poolThreads < Self.poolSize, !poolCannotGrow, !stopping else { return }
+        growPoolIfBusy()
+    }
+
+    /// Starts another pool thread when more work is queued than threads wait for it. Past the first, a thread
+    /// the process cannot start (at its limit of threads or of address space) leaves the pool as it is
+    /// instead of stopping the process: fewer calls run at once. A thread in an open does not count towards
+    /// ``poolSize``: an open may wait for a peer forever (a FIFO's for a writer), and with every thread in
+    /// one, the read of a FIFO that had opened stayed queued while its writer waited for it (`dcopy p1 ...
+    /// p6 d`, six FIFOs filled in turn, hung; helper-69). So this also runs when a thread starts an open.
+    /// Lock held.
+    private func growPoolIfBusy() {
+        let working = poolThreads - openingThreads.count
+        guard runQueue.count > idlePoolThreads, working < Self.poolSize, !poolCannotGrow, !stopping else { return }
         switch startThread({ $0.poolLoop() }) {
         case .success(let thread):
             threads.append(thread)
@@ -346,7 +356,10 @@ final class POSIXBackend: EngineBackend, @unchecked Sendable {
                 return
             }
             running[request.id] = request
-            if case .openat = request.op { openingThreads[request.id] = pthread_self() }
+            if case .openat = request.op {
+                openingThreads[request.id] = pthread_self()
+                growPoolIfBusy()
+            }
             lock.unlock()
             guard execute(request, scratch: scratch) else { return }
         }
