@@ -124,7 +124,8 @@ private let piece = 512 << 10
 /// peaked at 9.5–15.5 MiB RSS for `cat big | dcat`, 1 MiB windows in 1 MiB pieces at 9.2–12.1, 1 MiB
 /// windows in 512 KiB pieces at 9.0–9.3, as fast in alternating runs (with 512 KiB pooled buffers: 8.0–8.6).
 private let streamWindow = 1 << 20
-/// The least a stream's read system call asks for: cat's 128 KiB. A window ends where its next read would
+/// The least a stream's read system call asks for: cat's 128 KiB, also the size of each write to an output
+/// that keeps messages (see ``Concatenator``'s `outputTakesMessages`). A window ends where its next read would
 /// ask for less (``IOChannel/read(length:askingAtLeast:queue:handler:)``): a read that asks for less than
 /// the next message of a datagram or sequenced-packet socket, or packet of a packet-mode pipe, gets its
 /// first bytes and the kernel drops the rest, and a window's last read used to ask only for what the window
@@ -221,7 +222,7 @@ final class Concatenator: @unchecked Sendable {
         // through a SOCK_SEQPACKET pair). cat's 128 KiB writes are what such a reader gets from cat.
         // Windows are multiples of 128 KiB, so each file's messages are cat's. A packet-mode pipe cuts each
         // write into packets of PIPE_BUF bytes: the same writes, never joined, make cat's packets.
-        if outputTakesMessages { output.setLimit(highWater: 128 << 10) }
+        if outputTakesMessages { output.setLimit(highWater: messageRead) }
     }
 
     /// Copies every input; returns the exit status.

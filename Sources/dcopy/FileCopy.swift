@@ -637,7 +637,7 @@ final class FileCopy: @unchecked Sendable {
                 }
                 return state.received
             }
-            let endOfFile = failure == nil && data?.isEmpty ?? true
+            let endOfFile = failure == nil && (data?.isEmpty ?? true)
             lock.withLock {
                 streamReading = false
                 next = offset + Int64(received)
